@@ -1,2 +1,93 @@
-def main() -> None:
-    print("ok")
+"""The `draftsmith` command: one entry point over the recipes and tools.
+
+    draftsmith build-target --preset small --out DIR     train a toy target (CPU, no network)
+    draftsmith data inspect --config RECIPE [k=v ...]    show rendered samples and trained tokens
+    draftsmith train medusa --config RECIPE [k=v ...]    train Medusa heads (single process; use
+                                                         `accelerate launch train/medusa.py` for several)
+    draftsmith quickstart                                toy target -> Medusa heads -> held-out accuracy
+
+Each subcommand has its own `--help`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from draftsmith.train.core.errors import run_main
+
+TRAIN_METHODS: dict[str, str] = {"medusa": "draftsmith.train.medusa"}
+
+
+def _train(argv: Sequence[str]) -> int:
+    import importlib
+
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: draftsmith train METHOD [--config FILE] [KEY=VALUE ...] [--resume [CKPT]]\n")
+        print("methods: " + ", ".join(sorted(TRAIN_METHODS)))
+        print("`draftsmith train METHOD --help` lists every config key of that method.")
+        return 0 if argv else 2
+    method, rest = argv[0], list(argv[1:])
+    if method not in TRAIN_METHODS:
+        print(f"draftsmith train: unknown method {method!r}; choose from {', '.join(sorted(TRAIN_METHODS))}")
+        return 2
+    return int(importlib.import_module(TRAIN_METHODS[method]).main(rest) or 0)
+
+
+def _data(argv: Sequence[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: draftsmith data inspect --config RECIPE [KEY=VALUE ...] [--num-samples N] [--no-color]")
+        return 0 if argv else 2
+    if argv[0] != "inspect":
+        print(f"draftsmith data: unknown action {argv[0]!r}; available: inspect")
+        return 2
+    from draftsmith.scripts.inspect_data import main as inspect_main
+
+    return inspect_main(list(argv[1:]))
+
+
+def _build_target(argv: Sequence[str]) -> int:
+    from draftsmith.scripts import build_toy_target
+
+    parser = argparse.ArgumentParser(prog="draftsmith build-target", description=build_toy_target.__doc__)
+    build_toy_target.add_arguments(parser)
+    return build_toy_target.run(parser.parse_args(list(argv)))
+
+
+def _quickstart(argv: Sequence[str]) -> int:
+    from draftsmith.scripts.quickstart import main as quickstart_main
+
+    return quickstart_main(list(argv))
+
+
+COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
+    "build-target": (_build_target, "train a small Llama toy target on real text (CPU, deterministic)"),
+    "data": (_data, "inspect how a recipe's data renders: trained tokens and statistics"),
+    "train": (_train, "train a drafter: draftsmith train medusa --config recipes/medusa/toy.yaml ..."),
+    "quickstart": (_quickstart, "build the small toy target if absent, train Medusa heads, report accuracy"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        print("commands:")
+        for name, (_, help_text) in COMMANDS.items():
+            print(f"  {name:<14} {help_text}")
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from draftsmith.models.checkpoint import draftsmith_version
+
+        print(f"draftsmith {draftsmith_version()}")
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"draftsmith: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    command = COMMANDS[argv[0]][0]
+    return run_main(lambda rest: command(rest or []), argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The draftsmith drafter checkpoint: a directory with `config.json` + `model.safetensors`.
+
+config.json records the draftsmith version, the drafter kind and hyper-parameters, the target it was
+trained for (see `FrozenTarget.identity`), the canonical feature layer ids, and the draft vocabulary size.
+Weights are drafter weights only (never pickle, never the target's). Loading checks the target it is paired
+with and refuses a mismatch. Writes are atomic: a temporary sibling directory renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from .registry import drafter_class
+from .target import FrozenTarget, check_target_identity
+
+FORMAT_VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+def draftsmith_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("draftsmith")
+    except PackageNotFoundError:
+        return "0.0.0+source"
+
+
+def atomic_write_dir(final_dir: Path) -> Path:
+    """A fresh temporary sibling of `final_dir`; pass it to `commit_dir` when everything is written."""
+    tmp = final_dir.with_name(final_dir.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def commit_dir(tmp: Path, final_dir: Path) -> None:
+    """Replace `final_dir` by `tmp` (a rename, so readers see the old or the new directory, never half)."""
+    if final_dir.exists():
+        old = final_dir.with_name(final_dir.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final_dir, old)
+        os.replace(tmp, final_dir)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final_dir)
+
+
+def save_drafter(
+    out_dir: str | Path,
+    model: nn.Module,
+    target_identity: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write `model` (a registered drafter with a dataclass `config`) as a draftsmith checkpoint.
+
+    Args:
+        out_dir: destination directory (replaced atomically if it exists).
+        model: the drafter; its class carries `kind` and `feature_layers`, its `config` the hyper-parameters.
+        target_identity: `FrozenTarget.identity()` of the target it was trained for.
+        extra: more JSON-safe entries for config.json (e.g. training summary).
+    """
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    config = {
+        "draftsmith_version": draftsmith_version(),
+        "format_version": FORMAT_VERSION,
+        "kind": type(model).kind,  # type: ignore[attr-defined]
+        "drafter": asdict(model.config),  # type: ignore[call-overload]
+        "target": target_identity,
+        "feature_layers": list(type(model).feature_layers),  # type: ignore[attr-defined]
+        "hidden_size": target_identity["hidden_size"],
+        "draft_vocab_size": target_identity["vocab_size"],
+        **(extra or {}),
+    }
+    tmp = atomic_write_dir(out)
+    # Clone: safetensors refuses tensors that share storage, and a contiguous copy is what should ship.
+    state = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "kind": config["kind"]})
+    (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    commit_dir(tmp, out)
+    return out
+
+
+def read_drafter_config(ckpt_dir: str | Path) -> dict[str, Any]:
+    """config.json of a draftsmith checkpoint, with a clear error if `ckpt_dir` is not one."""
+    path = Path(ckpt_dir) / CONFIG_NAME
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{ckpt_dir} is not a draftsmith drafter checkpoint: {CONFIG_NAME} is missing "
+            "(point at a training run's final/ directory)"
+        )
+    config = json.loads(path.read_text())
+    for key in ("kind", "drafter", "target"):
+        if key not in config:
+            raise ValueError(f"{path} has no {key!r} entry: not a draftsmith drafter checkpoint")
+    if config.get("format_version", 0) > FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has format_version {config['format_version']}; this draftsmith reads up to "
+            f"{FORMAT_VERSION}: upgrade draftsmith"
+        )
+    return config
+
+
+def load_drafter(
+    ckpt_dir: str | Path, target: FrozenTarget | None = None, device: torch.device | str = "cpu"
+) -> tuple[nn.Module, dict[str, Any]]:
+    """Load a drafter checkpoint; when `target` is given, refuse it if it is not the training target.
+
+    Returns:
+        `(model in eval mode, config.json dict)`.
+    """
+    config = read_drafter_config(ckpt_dir)
+    if target is not None:
+        check_target_identity(config["target"], target.identity(), f"drafter {ckpt_dir}")
+    cls = drafter_class(config["kind"])
+    config_cls = _config_class(cls)
+    known = {f.name for f in fields(config_cls)}
+    unknown = set(config["drafter"]) - known
+    if unknown:
+        raise ValueError(f"{ckpt_dir}: unknown {config['kind']} settings {sorted(unknown)} (newer draftsmith?)")
+    model = cls(config_cls(**config["drafter"]), config["hidden_size"], config["draft_vocab_size"])
+    state = load_file(str(Path(ckpt_dir) / WEIGHTS_NAME))
+    model.load_state_dict(state, strict=True)
+    return model.to(device).eval(), config
+
+
+def _config_class(cls: type) -> Any:
+    import typing
+
+    hints = typing.get_type_hints(cls.__init__)
+    return hints["config"]

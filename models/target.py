@@ -1,0 +1,210 @@
+"""The frozen target model: loading, canonical feature layer ids, and its identity.
+
+Canonical layer id `i` (an int in 0..L) is the residual stream entering decoder layer `i` (pre-norm):
+0 is the embedding output, `i` the output of layer `i-1`, and `L` the output of the last layer before the
+final norm. `"final"` is the post-final-norm state that the LM head reads (Medusa's and EAGLE-1's feature).
+For ids 0..L-1 and "final" this matches transformers' `output_hidden_states` tuple (whose last entry is
+post-norm); id L has no entry there, so it is taken with a forward pre-hook on the final norm.
+
+Features are captured with hooks on the model's own modules (never a copied modeling file), and only the
+requested ids are kept alive, which matters for big targets and long sequences.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+LayerId = int | Literal["final"]
+
+
+@dataclass
+class TargetConfig:
+    """Which target to load and how."""
+
+    path: str = field(
+        default="", metadata={"help": "Hugging Face Hub id (org/name) or a local directory of the target model."}
+    )
+    revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit)."})
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
+        default="auto", metadata={"help": "Weights dtype: auto = bfloat16 on GPU, float32 on CPU."}
+    )
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "Allow custom modeling code shipped with the target."}
+    )
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """Map a dtype name to a torch dtype; `auto` is bfloat16 on accelerators and float32 on CPU."""
+    if name == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """sha256 of the vocabulary (token -> id, added tokens included): equal iff ids mean the same strings."""
+    return sha256_text(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False))
+
+
+class FrozenTarget:
+    """A Hugging Face causal LM, frozen, that returns hidden states at canonical layer ids.
+
+    Args:
+        model: a `PreTrainedModel` with a causal-LM head.
+        tokenizer: its tokenizer.
+        name_or_path: where it came from (Hub id or directory), recorded in drafter checkpoints.
+        revision: the Hub revision, if any.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: Any, name_or_path: str, revision: str | None = None):
+        self.model = model.requires_grad_(False).eval()
+        self.tokenizer = tokenizer
+        self.name_or_path = name_or_path
+        self.revision = revision
+        config = model.config
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        self.num_layers: int = int(text_config.num_hidden_layers)
+        self.hidden_size: int = int(text_config.hidden_size)
+        self.vocab_size: int = int(model.get_output_embeddings().weight.shape[0])
+        self.decoder = model.get_decoder()
+        if not (hasattr(self.decoder, "layers") and hasattr(self.decoder, "norm")):
+            raise ValueError(
+                f"target {name_or_path!r} ({type(model).__name__}) has no `layers`/`norm` decoder modules; "
+                "draftsmith supports decoder-only models laid out like Llama/Qwen/Mistral/Gemma."
+            )
+
+    @classmethod
+    def load(cls, cfg: TargetConfig, device: torch.device | str = "cpu") -> FrozenTarget:
+        """Load tokenizer and model from the Hub or a local directory (no network needed for a directory)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not cfg.path:
+            raise ValueError("target.path is empty: set it to a Hub id or a local model directory (target.path=DIR)")
+        device = torch.device(device)
+        kwargs: dict[str, Any] = {"revision": cfg.revision, "trust_remote_code": cfg.trust_remote_code}
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(cfg.path, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype, device), **kwargs)
+        except OSError as err:
+            raise FileNotFoundError(
+                f"could not load target {cfg.path!r}: {err}. Pass a local model directory or a Hub id that "
+                "this machine can reach (build a toy target with `draftsmith build-target`)."
+            ) from err
+        return cls(model.to(device), tokenizer, cfg.path, cfg.revision)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.model.get_output_embeddings()
+
+    @property
+    def embed_tokens(self) -> nn.Module:
+        return self.model.get_input_embeddings()
+
+    def check_layer_ids(self, layer_ids: Sequence[LayerId]) -> None:
+        for lid in layer_ids:
+            if lid != "final" and not (isinstance(lid, int) and 0 <= lid <= self.num_layers):
+                raise ValueError(
+                    f"layer id {lid!r} is out of range for a {self.num_layers}-layer target: "
+                    f"use 0..{self.num_layers} or 'final'"
+                )
+
+    @torch.no_grad()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        layer_ids: Sequence[LayerId] = ("final",),
+        return_logits: bool = False,
+    ) -> tuple[dict[LayerId, torch.Tensor], torch.Tensor | None]:
+        """Run the target and return `({layer_id: [B, T, H]}, logits [B, T, V] or None)`.
+
+        The LM head runs only when `return_logits` is set: drafters that need only features skip the
+        vocabulary-sized matmul.
+        """
+        self.check_layer_ids(layer_ids)
+        captured: dict[LayerId, torch.Tensor] = {}
+        handles = []
+        for lid in layer_ids:
+            if lid == "final":
+                continue  # the decoder's own output
+            module = self.decoder.norm if lid == self.num_layers else self.decoder.layers[lid]
+            handles.append(module.register_forward_pre_hook(_capture_input(captured, lid), with_kwargs=True))
+        try:
+            out = self.decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        finally:
+            for h in handles:
+                h.remove()
+        final = out.last_hidden_state  # [B, T, H], post-norm
+        if "final" in layer_ids:
+            captured["final"] = final
+        logits = self.lm_head(final) if return_logits else None
+        return {lid: captured[lid] for lid in layer_ids}, logits
+
+    def identity(self) -> dict[str, Any]:
+        """What a drafter checkpoint records about the target it was trained for."""
+        template = getattr(self.tokenizer, "chat_template", None)
+        return {
+            "name_or_path": self.name_or_path,
+            "revision": self.revision,
+            "model_type": getattr(self.model.config, "model_type", None),
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_layers": self.num_layers,
+            "tokenizer_sha256": tokenizer_fingerprint(self.tokenizer),
+            "chat_template_sha256": sha256_text(template) if isinstance(template, str) else None,
+        }
+
+
+def _capture_input(store: dict[LayerId, torch.Tensor], lid: LayerId) -> Any:
+    """A pre-hook that stores the module's input hidden states (positional or keyword) under `lid`."""
+
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        store[lid] = args[0] if args else kwargs["hidden_states"]
+
+    return hook
+
+
+def check_target_identity(expected: dict[str, Any], actual: dict[str, Any], what: str) -> None:
+    """Refuse to pair a drafter with a target other than the one it was trained for.
+
+    Sizes and the tokenizer must match exactly; a different path with identical sizes and tokenizer only
+    logs a warning (the same weights may live in another directory or under a Hub id).
+
+    Raises:
+        ValueError: listing every mismatching field, with both values.
+    """
+    keys = ("vocab_size", "hidden_size", "num_layers", "tokenizer_sha256")
+    bad = [k for k in keys if expected.get(k) is not None and expected.get(k) != actual.get(k)]
+    if bad:
+        lines = "; ".join(f"{k}: trained for {expected.get(k)!r}, got {actual.get(k)!r}" for k in bad)
+        raise ValueError(
+            f"{what} was trained for target {expected.get('name_or_path')!r} but is being paired with "
+            f"{actual.get('name_or_path')!r}, which differs: {lines}. Use the drafter with the target it was "
+            "trained for, or retrain it for this target."
+        )
+    if expected.get("chat_template_sha256") != actual.get("chat_template_sha256"):
+        logger.warning("%s: the target's chat template differs from the one used in training", what)
+    if expected.get("name_or_path") != actual.get("name_or_path"):
+        logger.warning(
+            "%s was trained for %r; pairing it with %r (same sizes and tokenizer)",
+            what,
+            expected.get("name_or_path"),
+            actual.get("name_or_path"),
+        )

@@ -1,0 +1,84 @@
+"""Shared fixtures: tiny in-process targets for unit tests, a `tiny` toy target for end-to-end tests."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data folder {SHARED_DATA} is not present")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def toy_tokenizer():
+    """A small byte-level BPE with the toy chat template, trained on some standard-library source."""
+    import json
+    import textwrap
+
+    from draftsmith.scripts.toy_tokenizer import train_tokenizer
+
+    texts = [inspect.getsource(m) for m in (json, textwrap, inspect)]
+    return train_tokenizer(texts, vocab_size=400)
+
+
+def make_tiny_llama(vocab_size: int, layers: int = 4, hidden: int = 32, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=2 * hidden,
+        vocab_size=vocab_size,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_random_target(toy_tokenizer):
+    """A random 4-layer Llama paired with `toy_tokenizer` (unit tests only: acceptance means nothing here)."""
+    from draftsmith.models.target import FrozenTarget
+
+    return FrozenTarget(make_tiny_llama(len(toy_tokenizer)), toy_tokenizer, "tiny-random-llama")
+
+
+def _toy_source_hash() -> str:
+    import draftsmith.models.stdlib_corpus as corpus
+    import draftsmith.scripts.toy_target as toy
+    import draftsmith.scripts.toy_tokenizer as tok
+
+    h = hashlib.sha256(sys.version.encode())
+    for mod in (corpus, toy, tok):
+        h.update(Path(mod.__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def tiny_toy_target(tmp_path_factory) -> Path:
+    """The `tiny` toy target, built once per source version (cached under $DRAFTSMITH_CACHE)."""
+    from draftsmith.scripts.toy_target import build_toy_target
+
+    cache = Path(os.environ.get("DRAFTSMITH_CACHE", Path.home() / ".cache" / "draftsmith"))
+    out = cache / "test-targets" / f"tiny-seed0-{_toy_source_hash()}"
+    if not (out / "build.json").is_file():
+        build_toy_target("tiny", out, seed=0, force=True, progress=False)
+    return out

@@ -1,0 +1,32 @@
+"""Helpers for end-to-end tests: run recipes in subprocesses exactly as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    # One thread per process: two processes share the 2 CI cores, and results stay bit-reproducible.
+    e.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline", PYTHONUNBUFFERED="1")
+    return e
+
+
+def medusa_cmd(nproc: int = 1) -> list[str]:
+    script = str(REPO / "train" / "medusa.py")
+    if nproc == 1:
+        return [sys.executable, script]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", "0", script]
+
+
+def run_medusa(target: Path, out: Path, *overrides: str, nproc: int = 1, timeout: int = 600) -> subprocess.CompletedProcess:
+    args = [*medusa_cmd(nproc), "--config", str(REPO / "recipes" / "medusa" / "tiny.yaml"),
+            f"target.path={target}", f"output_dir={out}", *overrides]
+    proc = subprocess.run(args, env=env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT\n{proc.stdout[-3000:]}\nSTDERR\n{proc.stderr[-5000:]}"
+    return proc

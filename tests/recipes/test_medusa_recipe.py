@@ -1,0 +1,115 @@
+"""End-to-end Medusa-1 runs on the `tiny` toy target (CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from _run import REPO, env, medusa_cmd, run_medusa
+from draftsmith.train.core.metrics import read_metrics
+
+pytestmark = pytest.mark.slow
+
+
+def initial_accuracy(target_dir):
+    """Held-out top-1 of freshly initialised heads (lm_head copies), computed in-process as the baseline."""
+    from accelerate import Accelerator
+
+    from draftsmith.models.medusa import MedusaHeads
+    from draftsmith.models.target import FrozenTarget, TargetConfig
+    from draftsmith.train.core.config import load_config
+    from draftsmith.train.core.data import build_datasets
+    from draftsmith.train.core.loop import evaluate
+    from draftsmith.train.medusa import MedusaMethod, MedusaRecipe
+
+    cfg = load_config(MedusaRecipe, REPO / "recipes" / "medusa" / "tiny.yaml", [f"target.path={target_dir}"])
+    torch.manual_seed(cfg.seed)
+    target = FrozenTarget.load(cfg.target)
+    data = build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=False)
+    heads = MedusaHeads(cfg.model, target.hidden_size, target.vocab_size)
+    heads.init_from_lm_head(target.lm_head.weight)
+    method = MedusaMethod(target, heads)
+    return evaluate(method, heads, data.eval, target.tokenizer.pad_token_id, Accelerator(cpu=True), 16)
+
+
+def test_medusa_heads_learn(tiny_toy_target, tmp_path):
+    before = initial_accuracy(tiny_toy_target)
+    proc = run_medusa(tiny_toy_target, tmp_path / "run")
+    final = tmp_path / "run" / "final"
+    config = json.loads((final / "config.json").read_text())
+    after = config["training"]["heldout"]
+    assert config["kind"] == "medusa" and config["target"]["num_layers"] >= 2
+    # Head 1 (predicting t+2) starts as the target's own next-token head applied one token early.
+    assert after["eval/depth1/top1"] > before["eval/depth1/top1"] + 0.10, (before, after)
+    assert after["eval/depth1/loss"] < before["eval/depth1/loss"] - 0.5
+    assert after["eval/depth1/top1"] > after["eval/depth2/top1"]  # nearer tokens are easier
+    assert "| 1 | t+2 |" in proc.stdout
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows if "train/loss" in r] == list(range(1, 61))
+
+
+def test_two_processes_match_one_process_with_accumulation(tiny_toy_target, tmp_path):
+    common = ["train.max_steps=12", "checkpoint.every=0", "train.micro_batch_size=2"]
+    run_medusa(tiny_toy_target, tmp_path / "ddp", *common, "train.grad_accum=1", nproc=2)
+    run_medusa(tiny_toy_target, tmp_path / "acc", *common, "train.grad_accum=2", nproc=1)
+    ddp = [r for r in read_metrics(tmp_path / "ddp" / "metrics.jsonl") if "train/loss" in r]
+    acc = [r for r in read_metrics(tmp_path / "acc" / "metrics.jsonl") if "train/loss" in r]
+    assert len(ddp) == len(acc) == 12
+    for a, b in zip(ddp, acc, strict=True):
+        assert a["train/loss"] == pytest.approx(b["train/loss"], abs=1e-5), (a["step"], a["train/loss"], b["train/loss"])
+        assert a["train/tokens"] == b["train/tokens"]
+    assert ddp[-1]["train/loss"] < ddp[0]["train/loss"]  # it trained
+    wa = load_file(str(tmp_path / "ddp" / "final" / "model.safetensors"))
+    wb = load_file(str(tmp_path / "acc" / "final" / "model.safetensors"))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)
+
+
+def test_sigkill_and_resume_equals_uninterrupted(tiny_toy_target, tmp_path):
+    overrides = ["train.max_steps=40", "checkpoint.every=10", "checkpoint.keep_last=2"]
+    run_medusa(tiny_toy_target, tmp_path / "straight", *overrides)
+
+    out = tmp_path / "killed"
+    args = [*medusa_cmd(), "--config", str(REPO / "recipes" / "medusa" / "tiny.yaml"),
+            f"target.path={tiny_toy_target}", f"output_dir={out}", *overrides]
+    proc = subprocess.Popen(args, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 300
+    # Kill it between checkpoints: after step 25 is logged (checkpoints at 10 and 20 exist, 30 does not).
+    while time.time() < deadline:
+        if metrics.is_file() and sum(1 for _ in metrics.open()) >= 25:
+            break
+        assert proc.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "final").exists()
+    assert (out / "checkpoint-20").is_dir()
+
+    run_medusa(tiny_toy_target, out, *overrides, "--resume")
+    a = load_file(str(tmp_path / "straight" / "final" / "model.safetensors"))
+    b = load_file(str(out / "final" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    steps = [r["step"] for r in read_metrics(metrics) if "train/loss" in r]
+    assert steps == list(range(1, 41))  # the log reads as one uninterrupted run
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-30", "checkpoint-40"]
+
+
+def test_refuses_to_overwrite_a_run_and_explains(tiny_toy_target, tmp_path):
+    run_medusa(tiny_toy_target, tmp_path / "r", "train.max_steps=2", "checkpoint.every=1")
+    proc = subprocess.run(
+        [*medusa_cmd(), "--config", str(REPO / "recipes" / "medusa" / "tiny.yaml"),
+         f"target.path={tiny_toy_target}", f"output_dir={tmp_path / 'r'}", "train.max_steps=2"],
+        env=env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 1
+    assert "pass --resume" in proc.stderr and "Traceback" not in proc.stderr

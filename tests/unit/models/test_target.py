@@ -1,0 +1,58 @@
+import pytest
+import torch
+
+from draftsmith.models.target import FrozenTarget, check_target_identity
+
+
+def test_canonical_ids_match_output_hidden_states(tiny_random_target):
+    t = tiny_random_target
+    L = t.num_layers
+    x = torch.randint(0, t.vocab_size, (2, 9))
+    mask = torch.ones_like(x)
+    mask[1, 6:] = 0  # right padding on one row
+    ref = t.model(input_ids=x, attention_mask=mask, output_hidden_states=True)
+    ids = [0, L // 2, L - 1, "final"]
+    feats, logits = t.forward(x, mask, layer_ids=ids, return_logits=True)
+    for lid in (0, L // 2, L - 1):
+        torch.testing.assert_close(feats[lid], ref.hidden_states[lid], rtol=0, atol=0)
+    torch.testing.assert_close(feats["final"], ref.hidden_states[-1], rtol=0, atol=0)
+    torch.testing.assert_close(logits, ref.logits)
+
+
+def test_id_L_is_the_pre_norm_output_of_the_last_layer(tiny_random_target):
+    t = tiny_random_target
+    x = torch.randint(0, t.vocab_size, (1, 7))
+    feats, logits = t.forward(x, layer_ids=[t.num_layers, "final"])
+    assert logits is None
+    # The final norm applied to id L is the post-norm state; and id L differs from "final".
+    torch.testing.assert_close(t.decoder.norm(feats[t.num_layers]), feats["final"])
+    assert not torch.allclose(feats[t.num_layers], feats["final"])
+
+
+def test_target_is_frozen_and_bad_ids_are_rejected(tiny_random_target):
+    t = tiny_random_target
+    assert not any(p.requires_grad for p in t.model.parameters())
+    assert not t.model.training
+    with pytest.raises(ValueError, match="out of range"):
+        t.forward(torch.zeros(1, 3, dtype=torch.long), layer_ids=[t.num_layers + 1])
+
+
+def test_identity_and_mismatch(tiny_random_target, toy_tokenizer):
+    ident = tiny_random_target.identity()
+    assert ident["vocab_size"] == len(toy_tokenizer) and ident["num_layers"] == 4 and ident["hidden_size"] == 32
+    check_target_identity(ident, dict(ident), "drafter")  # same target passes
+    other = dict(ident, hidden_size=64, tokenizer_sha256="0" * 64)
+    with pytest.raises(ValueError, match="hidden_size: trained for 32, got 64") as err:
+        check_target_identity(ident, other, "drafter X")
+    assert "tokenizer_sha256" in str(err.value)
+
+
+def test_load_from_local_directory(tmp_path, tiny_random_target):
+    from draftsmith.models.target import TargetConfig
+
+    tiny_random_target.model.save_pretrained(tmp_path)
+    tiny_random_target.tokenizer.save_pretrained(tmp_path)
+    loaded = FrozenTarget.load(TargetConfig(path=str(tmp_path)))
+    assert loaded.identity() == {**tiny_random_target.identity(), "name_or_path": str(tmp_path)}
+    with pytest.raises(FileNotFoundError, match="could not load target"):
+        FrozenTarget.load(TargetConfig(path=str(tmp_path / "missing")))

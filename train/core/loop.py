@@ -1,0 +1,304 @@
+"""The one training loop, on `accelerate.Accelerator`, shared by every drafter recipe.
+
+A recipe supplies a `Method`: the trainable module, how many loss tokens each loss term has in a batch
+(known before the forward pass), and a forward that returns per-term loss sums. The loop normalises each
+term by its token count over the whole accumulation window on all ranks, so an optimizer step computes the
+same update for any split into ranks x micro-batches x accumulation (DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+from accelerate import Accelerator
+from accelerate.logging import get_logger
+from torch import nn
+from tqdm.auto import tqdm
+
+from .checkpointing import read_trainer_state, resolve_resume, save_checkpoint
+from .data import collate
+from .metrics import MetricsLog, MetricWindow, read_metrics
+from .sampler import StepSchedule
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings."""
+
+    micro_batch_size: int = field(default=4, metadata={"help": "Samples per forward pass on one process."})
+    grad_accum: int = field(default=1, metadata={"help": "Micro-batches per optimizer step on one process."})
+    max_steps: int | None = field(default=None, metadata={"help": "Optimizer steps; None: from `epochs`."})
+    epochs: float = field(default=1.0, metadata={"help": "Passes over the training set when max_steps is None."})
+    lr: float = field(default=1e-3, metadata={"help": "Peak learning rate (AdamW)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    betas: tuple[float, float] = field(default=(0.9, 0.999), metadata={"help": "AdamW betas."})
+    warmup_ratio: float = field(default=0.1, metadata={"help": "Linear warmup as a fraction of the steps."})
+    min_lr_ratio: float = field(default=0.0, metadata={"help": "Cosine decay floor as a fraction of lr."})
+    max_grad_norm: float | None = field(default=1.0, metadata={"help": "Clip the global grad norm; null: off."})
+    mixed_precision: Literal["no", "bf16", "fp16"] = field(
+        default="no", metadata={"help": "Autocast precision for forward passes; 'no' = float32."}
+    )
+    shuffle: bool = field(default=True, metadata={"help": "Reshuffle the training set every epoch."})
+
+    def __post_init__(self) -> None:
+        if self.micro_batch_size < 1 or self.grad_accum < 1:
+            raise ValueError("micro_batch_size and grad_accum must be >= 1")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+
+
+@dataclass
+class LogConfig:
+    """Where metrics go."""
+
+    every: int = field(default=10, metadata={"help": "Reduce and log metrics every N optimizer steps."})
+    wandb: bool = field(default=False, metadata={"help": "Also log to Weights & Biases."})
+    wandb_project: str = field(default="draftsmith", metadata={"help": "wandb project name."})
+    wandb_mode: Literal["offline", "online"] = field(
+        default="offline", metadata={"help": "offline needs no account; sync later with `wandb sync`."}
+    )
+    run_name: str | None = field(default=None, metadata={"help": "Run name for trackers."})
+
+
+@dataclass
+class CheckpointConfig:
+    """Resumable checkpoints."""
+
+    every: int = field(default=500, metadata={"help": "Save checkpoint-<step>/ every N steps (0: at the end)."})
+    keep_last: int = field(default=2, metadata={"help": "Keep only the newest N checkpoints (0: keep all)."})
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation during training."""
+
+    every: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})
+    micro_batch_size: int = field(default=8, metadata={"help": "Samples per evaluation forward pass."})
+
+
+class Method(Protocol):
+    """What a recipe gives the loop."""
+
+    model: nn.Module  # the trainable drafter; the loop wraps it with accelerate
+    term_names: list[str]  # one name per loss term, e.g. ["depth1", "depth2"]
+    term_weights: torch.Tensor  # [K] weights applied to each term's token-normalised mean
+
+    def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Loss tokens per term `[K]`, computed from the batch alone (before any forward)."""
+        ...
+
+    def loss_terms(
+        self, model: nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Forward `model` on `batch`: `(loss sums [K], metric sums {name: [K]})`."""
+        ...
+
+
+@dataclass
+class LoopResult:
+    step: int
+    last_train: dict[str, float]
+    eval: dict[str, float]
+
+
+def make_accelerator(train: TrainConfig, log: LogConfig, output_dir: Path) -> Accelerator:
+    return Accelerator(
+        mixed_precision=train.mixed_precision,
+        log_with="wandb" if log.wandb else None,
+        project_dir=str(output_dir),
+    )
+
+
+def cosine_with_warmup(total_steps: int, warmup_steps: int, min_lr_ratio: float) -> Any:
+    """LR multiplier: linear warmup from ~0 to 1, then cosine decay to `min_lr_ratio` at `total_steps`."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    return factor
+
+
+def _batches(dataset: Any, indices: list[list[int]], pad_id: int, device: torch.device) -> Iterator[dict]:
+    for idx in indices:
+        yield {k: v.to(device) for k, v in collate([dataset[i] for i in idx], pad_id).items()}
+
+
+@torch.no_grad()
+def evaluate(
+    method: Method, model: nn.Module, dataset: Any, pad_id: int, accelerator: Accelerator, micro_batch_size: int
+) -> dict[str, float]:
+    """Teacher-forced held-out metrics (loss and per-term metrics), averaged over all ranks' shards."""
+    if dataset is None or len(dataset) == 0:
+        return {}
+    model.eval()
+    window = MetricWindow(method.term_names, method.term_weights)
+    shard = list(range(accelerator.process_index, len(dataset), accelerator.num_processes))
+    chunks = [shard[i : i + micro_batch_size] for i in range(0, len(shard), micro_batch_size)]
+    # Every rank runs the same number of forwards (DDP/FSDP collectives must line up); extra ones are empty.
+    n_chunks = int(accelerator.gather(torch.tensor([len(chunks)], device=accelerator.device)).max())
+    for i in range(n_chunks):
+        # A rank whose shard ran out repeats a forward with zero weight, so that the collectives of
+        # sharded models line up and every rank holds the same metric keys for the reduction.
+        real = i < len(chunks)
+        batch = next(_batches(dataset, [chunks[i] if real else [0]], pad_id, accelerator.device))
+        with accelerator.autocast():
+            sums, metrics = method.loss_terms(model, batch)
+        w = 1.0 if real else 0.0
+        counts = method.token_counts(batch).to(sums.device)
+        window.add(sums * w, counts * w, {k: v * w for k, v in metrics.items()})
+    model.train()
+    return window.reduce(accelerator, "eval")
+
+
+def run_training(
+    method: Method,
+    *,
+    accelerator: Accelerator,
+    train_dataset: Any,
+    eval_dataset: Any,
+    pad_id: int,
+    output_dir: Path,
+    seed: int,
+    train: TrainConfig,
+    log: LogConfig,
+    checkpoint: CheckpointConfig,
+    eval_cfg: EvalConfig,
+    config_yaml: str,
+    resume: str | None = None,
+) -> LoopResult:
+    """Train `method.model` and return the final step, last logged train metrics and held-out metrics.
+
+    `config_yaml` (the resolved recipe config) is saved in the run directory and every checkpoint.
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    resume_from = resolve_resume(output_dir, resume)
+    schedule = StepSchedule(
+        len(train_dataset), train.micro_batch_size, train.grad_accum, accelerator.num_processes, seed, train.shuffle
+    )
+    total_steps = train.max_steps or max(1, math.ceil(train.epochs * schedule.steps_per_epoch))
+    params = [p for p in method.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
+    warmup = round(train.warmup_ratio * total_steps)
+    # The scheduler is stepped here, not by accelerate: AcceleratedScheduler steps once per process, which
+    # would make the schedule depend on the number of processes.
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, cosine_with_warmup(total_steps, warmup, train.min_lr_ratio)
+    )
+    model, optimizer = accelerator.prepare(method.model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)
+    if log.wandb:
+        accelerator.init_trackers(
+            log.wandb_project,
+            config={"config_yaml": config_yaml},
+            init_kwargs={"wandb": {"mode": log.wandb_mode, "dir": str(output_dir), "name": log.run_name}},
+        )
+
+    step = 0
+    if resume_from is not None:
+        state = read_trainer_state(resume_from)
+        if state["samples_per_step"] != schedule.samples_per_step or state["num_train_samples"] != len(train_dataset):
+            raise ValueError(
+                f"cannot resume from {resume_from}: it was trained with {state['samples_per_step']} samples per "
+                f"step over {state['num_train_samples']} samples, this run has {schedule.samples_per_step} over "
+                f"{len(train_dataset)}; keep micro_batch_size x grad_accum x processes and the data the same"
+            )
+        accelerator.load_state(str(resume_from))
+        step = state["step"]
+        _truncate_metrics(output_dir / "metrics.jsonl", step, accelerator)
+        logger.info(f"resumed from {resume_from} at step {step}", main_process_only=True)
+    if accelerator.is_main_process:
+        (output_dir / "config.yaml").write_text(config_yaml)
+
+    def trainer_state() -> dict[str, Any]:
+        return {
+            "step": step,
+            "epoch": schedule.epoch_of(step),
+            "total_steps": total_steps,
+            "samples_per_step": schedule.samples_per_step,
+            "num_train_samples": len(train_dataset),
+            "seed": seed,
+            "num_processes": accelerator.num_processes,
+        }
+
+    metrics_log = MetricsLog(accelerator, output_dir)
+    window = MetricWindow(method.term_names, method.term_weights)
+    weights = method.term_weights.to(accelerator.device)
+    last_train: dict[str, float] = {}
+    last_saved = step
+    model.train()
+    bar = tqdm(total=total_steps, initial=step, desc="train", disable=not accelerator.is_local_main_process)
+    t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
+    while step < total_steps:
+        indices = schedule.micro_batches(step, accelerator.process_index)
+        batches = list(_batches(train_dataset, indices, pad_id, accelerator.device))
+        counts = sum(method.token_counts(b).to(accelerator.device) for b in batches)
+        global_counts = accelerator.reduce(counts, "sum").clamp(min=1)  # tokens per term, whole window
+        for j, batch in enumerate(batches):
+            # Gradients are all-reduced (averaged over ranks) only on the window's last micro-batch.
+            sync = j == len(batches) - 1
+            with contextlib.nullcontext() if sync else accelerator.no_sync(model), accelerator.autocast():
+                sums, metrics = method.loss_terms(model, batch)
+                # x num_processes undoes DDP's gradient averaging: the result is sum / global tokens.
+                loss = (weights * sums.float() / global_counts).sum() * accelerator.num_processes
+                accelerator.backward(loss)
+            window.add(sums, method.token_counts(batch).to(accelerator.device), metrics)
+            tokens_window += batch["attention_mask"].sum()
+        max_norm = train.max_grad_norm if train.max_grad_norm else float("inf")
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+        if grad_norm is not None:
+            window.add_scalar("train/grad_norm", grad_norm)
+        window.add_scalar("train/lr", scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        window.steps += 1
+        bar.update(1)
+
+        if step % log.every == 0 or step == total_steps:
+            elapsed = time.perf_counter() - t_window
+            tokens = float(accelerator.reduce(tokens_window, "sum"))
+            last_train = window.reduce(accelerator, "train")
+            last_train["perf/tokens_per_s"] = tokens / max(elapsed, 1e-9)
+            last_train["train/epoch"] = step / schedule.steps_per_epoch
+            metrics_log.write(step, last_train)
+            bar.set_postfix(loss=f"{last_train['train/loss']:.4f}")
+            window.reset()
+            t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
+        if eval_cfg.every and step % eval_cfg.every == 0 and step < total_steps:
+            metrics_log.write(
+                step, evaluate(method, model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
+            )
+        if checkpoint.every and step % checkpoint.every == 0:
+            save_checkpoint(accelerator, output_dir, step, trainer_state(), config_yaml, checkpoint.keep_last)
+            last_saved = step
+    bar.close()
+    if last_saved != step:
+        save_checkpoint(accelerator, output_dir, step, trainer_state(), config_yaml, checkpoint.keep_last)
+    eval_metrics = evaluate(method, model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
+    if eval_metrics:
+        metrics_log.write(step, eval_metrics)
+    accelerator.end_training()
+    method.model = accelerator.unwrap_model(model)
+    return LoopResult(step=step, last_train=last_train, eval=eval_metrics)
+
+
+def _truncate_metrics(path: Path, step: int, accelerator: Accelerator) -> None:
+    """Drop records logged after the resumed checkpoint, so metrics.jsonl reads as one uninterrupted run."""
+    if accelerator.is_main_process and path.is_file():
+        kept = [r for r in read_metrics(path) if r["step"] <= step]
+        import json
+
+        path.write_text("".join(json.dumps(r) + "\n" for r in kept))
