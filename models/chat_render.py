@@ -115,21 +115,26 @@ def render_conversation(tokenizer: PreTrainedTokenizerBase, conv: Conversation) 
         raise ValueError(_template_failure(tokenizer, conv.source, e)) from e
 
 
-def render_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+def render_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[dict[str, str]],
+    tools: list[dict[str, Any]] | None = None,
+) -> list[int]:
     """Token ids of `messages` followed by the generation prompt: what the target continues at evaluation.
 
     Args:
         tokenizer: the target's tokenizer.
         messages: a non-empty prompt, e.g. one of `conversations.prompt_turns(conv)`.
+        tools: the conversation's tool schemas (`Conversation.tools`), if any.
 
     Returns:
         The ids, tokenized without added special tokens (the template writes its own).
     """
     if not messages:
         raise ValueError("render_prompt got no messages; expected at least one (e.g. a user turn)")
-    chat_template(tokenizer)  # a clear error when there is none
+    chat_template(tokenizer, tools)  # a clear error when there is none
     try:
-        text = _render_text(tokenizer, messages, None, add_generation_prompt=True)
+        text = _render_text(tokenizer, messages, tools, add_generation_prompt=True)
     except jinja2.TemplateError as e:
         raise ValueError(_template_failure(tokenizer, "prompt", e)) from e
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -130,7 +130,9 @@ def load_drafter(
     known = {f.name for f in fields(config_cls)}
     unknown = set(config["drafter"]) - known
     if unknown:
-        raise ValueError(f"{ckpt_dir}: unknown {config['kind']} settings {sorted(unknown)} (newer draftsmith?)")
+        raise ValueError(
+            f"{ckpt_dir}: unknown {config['kind']} settings {sorted(unknown)} (newer draftsmith?)"
+        )
     model = cls(config_cls(**config["drafter"]), config["hidden_size"], config["draft_vocab_size"])
     state = load_file(str(Path(ckpt_dir) / WEIGHTS_NAME))
     model.load_state_dict(state, strict=True)
@@ -138,7 +140,7 @@ def load_drafter(
 
 
 def _config_class(cls: type) -> Any:
+    """The dataclass a drafter's constructor takes as `config` (from its type hints)."""
     import typing
 
-    hints = typing.get_type_hints(cls.__init__)
-    return hints["config"]
+    return typing.get_type_hints(cls.__init__)["config"]  # type: ignore[misc]

@@ -113,12 +113,10 @@ def read_conversations(source: str, format: str = "auto", limit: int | None = No
         )
     if path.is_dir():
         return _convert(_disk_records(path), source, format, limit)
-    if path.name.endswith(".txt"):
-        docs = _text_documents(_read_text(path))
-        if not docs:
-            raise ValueError(f"{source}: the file holds no text; expected at least one non-blank line")
-        convs = [Conversation(messages=[], text=d, source=f"{source}:{i}") for i, d in enumerate(docs)]
-        return convs[:limit] if limit is not None else convs
+    if path.name.endswith(".txt"):  # each document becomes a `text` record
+        return _convert(
+            enumerate({"text": d} for d in _text_documents(_read_text(path))), source, format, limit
+        )
     return _convert(_file_records(path), source, format, limit)
 
 
@@ -194,13 +192,16 @@ def _file_records(path: Path) -> Iterator[tuple[int, Any]]:
     text = _read_text(path)
     if not text.strip():
         raise ValueError(f"{path}: the file is empty; expected JSON records")
-    if name.endswith(".json") and text.lstrip().startswith("["):
+    if name.endswith(".json"):
         try:
-            records = json.loads(text)
+            parsed = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from e
-        yield from enumerate(records)
-        return
+            if text.lstrip().startswith("["):
+                raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from e
+            parsed = None  # not one JSON document: JSON Lines under a .json name
+        if parsed is not None:
+            yield from enumerate(parsed if isinstance(parsed, list) else [parsed])
+            return
     # JSON Lines. Split on "\n" only: str.splitlines() would also split on U+2028, which is legal inside
     # JSON strings.
     index = 0

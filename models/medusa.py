@@ -30,7 +30,8 @@ class MedusaConfig:
         default=None, metadata={"help": "Explicit per-head loss weights (K values); overrides loss_decay."}
     )
     init_from_lm_head: bool = field(
-        default=True, metadata={"help": "Initialise each head's Linear(H, V) as a copy of the target lm_head."}
+        default=True,
+        metadata={"help": "Initialise each head's Linear(H, V) as a copy of the target lm_head."},
     )
 
     def __post_init__(self) -> None:
@@ -99,7 +100,7 @@ class MedusaHeads(nn.Module):
                 f"expected ({self.vocab_size}, {self.hidden_size})"
             )
         for head in self.heads:
-            head[-1].weight.copy_(lm_head_weight)
+            head[-1].weight.copy_(lm_head_weight)  # type: ignore[index]
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """`hidden [B, T, H]` -> logits `[K, B, T, V]`."""

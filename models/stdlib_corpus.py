@@ -153,10 +153,15 @@ def _well_formed(record: Any) -> bool:
     if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
         return False
     roles = [m.get("role") for m in record["messages"] if isinstance(m, dict)]
-    return isinstance(record.get("id"), str) and isinstance(record.get("module"), str) and roles == [
-        "user",
-        "assistant",
-    ]
+    return (
+        isinstance(record.get("id"), str)
+        and isinstance(record.get("module"), str)
+        and roles
+        == [
+            "user",
+            "assistant",
+        ]
+    )
 
 
 def _write_cache(path: Path, records: list[dict[str, Any]]) -> None:

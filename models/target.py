@@ -32,7 +32,8 @@ class TargetConfig:
     """Which target to load and how."""
 
     path: str = field(
-        default="", metadata={"help": "Hugging Face Hub id (org/name) or a local directory of the target model."}
+        default="",
+        metadata={"help": "Hugging Face Hub id (org/name) or a local directory of the target model."},
     )
     revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit)."})
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
@@ -69,17 +70,18 @@ class FrozenTarget:
         revision: the Hub revision, if any.
     """
 
-    def __init__(self, model: nn.Module, tokenizer: Any, name_or_path: str, revision: str | None = None):
-        self.model = model.requires_grad_(False).eval()
+    def __init__(self, model: Any, tokenizer: Any, name_or_path: str, revision: str | None = None):
+        # `model` is a transformers PreTrainedModel; typed Any because its config and submodules are dynamic.
+        self.model: Any = model.requires_grad_(False).eval()
         self.tokenizer = tokenizer
         self.name_or_path = name_or_path
         self.revision = revision
-        config = model.config
+        config = self.model.config
         text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
         self.num_layers: int = int(text_config.num_hidden_layers)
         self.hidden_size: int = int(text_config.hidden_size)
-        self.vocab_size: int = int(model.get_output_embeddings().weight.shape[0])
-        self.decoder = model.get_decoder()
+        self.vocab_size: int = int(self.model.get_output_embeddings().weight.shape[0])
+        self.decoder: Any = self.model.get_decoder()
         if not (hasattr(self.decoder, "layers") and hasattr(self.decoder, "norm")):
             raise ValueError(
                 f"target {name_or_path!r} ({type(model).__name__}) has no `layers`/`norm` decoder modules; "
@@ -92,18 +94,22 @@ class FrozenTarget:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if not cfg.path:
-            raise ValueError("target.path is empty: set it to a Hub id or a local model directory (target.path=DIR)")
+            raise ValueError(
+                "target.path is empty: set it to a Hub id or a local model directory (target.path=DIR)"
+            )
         device = torch.device(device)
         kwargs: dict[str, Any] = {"revision": cfg.revision, "trust_remote_code": cfg.trust_remote_code}
         try:
             tokenizer = AutoTokenizer.from_pretrained(cfg.path, **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(cfg.path, dtype=resolve_dtype(cfg.dtype, device), **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(
+                cfg.path, dtype=resolve_dtype(cfg.dtype, device), **kwargs
+            )
         except OSError as err:
             raise FileNotFoundError(
                 f"could not load target {cfg.path!r}: {err}. Pass a local model directory or a Hub id that "
                 "this machine can reach (build a toy target with `draftsmith build-target`)."
             ) from err
-        return cls(model.to(device), tokenizer, cfg.path, cfg.revision)
+        return cls(model.to(device), tokenizer, cfg.path, cfg.revision)  # type: ignore[arg-type]
 
     @property
     def device(self) -> torch.device:

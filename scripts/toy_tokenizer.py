@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerFast
 
 PAD_TOKEN = "<|pad|>"
 END_TOKEN = "<|end|>"  # end of every turn; the EOS token
-ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
+ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>")
 SPECIAL_TOKENS = (PAD_TOKEN, END_TOKEN, *ROLE_TOKENS)
 
 # Rendered form: "<|user|>{content}<|end|><|assistant|>{content}<|end|>..." with nothing between turns.
@@ -27,7 +27,7 @@ CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
     "{{ '<|assistant|>' }}{% generation %}{{ message['content'] + '<|end|>' }}{% endgeneration %}"
-    "{%- elif message['role'] in ['system', 'user'] -%}"
+    "{%- elif message['role'] in ['system', 'user', 'tool'] -%}"
     "{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
     "{%- else -%}"
     "{{ raise_exception('unknown role: ' + message['role']) }}"

@@ -40,7 +40,9 @@ from draftsmith.train.core.loop import (
 class MedusaRecipe:
     """Everything a Medusa-1 run needs; YAML recipes under recipes/medusa/ mirror it."""
 
-    output_dir: str = field(default="runs/medusa", metadata={"help": "Run directory (checkpoints, metrics, final/)."})
+    output_dir: str = field(
+        default="runs/medusa", metadata={"help": "Run directory (checkpoints, metrics, final/)."}
+    )
     seed: int = field(default=0, metadata={"help": "Seed for initialisation, data split and order."})
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -49,6 +51,9 @@ class MedusaRecipe:
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+RECIPE = MedusaRecipe  # the config tree of this method, for tools such as `draftsmith data inspect`
 
 
 class MedusaMethod:
@@ -88,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     accelerator = make_accelerator(cfg.train, cfg.log, output_dir)
     set_seed(cfg.seed)
     target = FrozenTarget.load(cfg.target, accelerator.device)
-    data = build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=accelerator.is_local_main_process)
+    data = build_datasets(
+        cfg.data, target.tokenizer, seed=cfg.seed, progress=accelerator.is_local_main_process
+    )
     heads = MedusaHeads(cfg.model, target.hidden_size, target.vocab_size)
     if cfg.model.init_from_lm_head:
         heads.init_from_lm_head(target.lm_head.weight)
@@ -118,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(format_accuracy_table(result.eval, len(method.term_names)))
         print(f"drafter checkpoint: {final}")
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
     return 0
 
 

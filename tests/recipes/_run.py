@@ -21,12 +21,30 @@ def medusa_cmd(nproc: int = 1) -> list[str]:
     script = str(REPO / "train" / "medusa.py")
     if nproc == 1:
         return [sys.executable, script]
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", "0", script]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(nproc),
+        script,
+    ]
 
 
-def run_medusa(target: Path, out: Path, *overrides: str, nproc: int = 1, timeout: int = 600) -> subprocess.CompletedProcess:
-    args = [*medusa_cmd(nproc), "--config", str(REPO / "recipes" / "medusa" / "tiny.yaml"),
-            f"target.path={target}", f"output_dir={out}", *overrides]
+def run_medusa(
+    target: Path, out: Path, *overrides: str, nproc: int = 1, timeout: int = 600
+) -> subprocess.CompletedProcess:
+    args = [
+        *medusa_cmd(nproc),
+        "--config",
+        str(REPO / "recipes" / "medusa" / "tiny.yaml"),
+        f"target.path={target}",
+        f"output_dir={out}",
+        *overrides,
+    ]
     proc = subprocess.run(args, env=env(), capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT\n{proc.stdout[-3000:]}\nSTDERR\n{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\nSTDOUT\n{proc.stdout[-3000:]}\nSTDERR\n{proc.stderr[-5000:]}"
+    )
     return proc

@@ -10,9 +10,9 @@ import time
 
 import pytest
 import torch
+from _run import REPO, env, medusa_cmd, run_medusa
 from safetensors.torch import load_file
 
-from _run import REPO, env, medusa_cmd, run_medusa
 from draftsmith.train.core.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -23,7 +23,7 @@ def initial_accuracy(target_dir):
     from accelerate import Accelerator
 
     from draftsmith.models.medusa import MedusaHeads
-    from draftsmith.models.target import FrozenTarget, TargetConfig
+    from draftsmith.models.target import FrozenTarget
     from draftsmith.train.core.config import load_config
     from draftsmith.train.core.data import build_datasets
     from draftsmith.train.core.loop import evaluate
@@ -46,13 +46,16 @@ def test_medusa_heads_learn(tiny_toy_target, tmp_path):
     config = json.loads((final / "config.json").read_text())
     after = config["training"]["heldout"]
     assert config["kind"] == "medusa" and config["target"]["num_layers"] >= 2
-    # Head 1 (predicting t+2) starts as the target's own next-token head applied one token early.
-    assert after["eval/depth1/top1"] > before["eval/depth1/top1"] + 0.10, (before, after)
-    assert after["eval/depth1/loss"] < before["eval/depth1/loss"] - 0.5
+    # Head 1 (predicting t+2) starts as the target's own next-token head applied one token early (~2%
+    # top-1 on the tiny target); after 150 steps it reaches ~10%, bounded by how predictable the weak
+    # tiny target's text is.
+    assert after["eval/depth1/top1"] > 3 * before["eval/depth1/top1"], (before, after)
+    assert after["eval/depth1/top1"] > before["eval/depth1/top1"] + 0.05, (before, after)
+    assert after["eval/depth1/loss"] < before["eval/depth1/loss"] - 1.0, (before, after)
     assert after["eval/depth1/top1"] > after["eval/depth2/top1"]  # nearer tokens are easier
     assert "| 1 | t+2 |" in proc.stdout
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
-    assert [r["step"] for r in rows if "train/loss" in r] == list(range(1, 61))
+    assert [r["step"] for r in rows if "train/loss" in r] == list(range(1, 151))
 
 
 def test_two_processes_match_one_process_with_accumulation(tiny_toy_target, tmp_path):
@@ -63,7 +66,11 @@ def test_two_processes_match_one_process_with_accumulation(tiny_toy_target, tmp_
     acc = [r for r in read_metrics(tmp_path / "acc" / "metrics.jsonl") if "train/loss" in r]
     assert len(ddp) == len(acc) == 12
     for a, b in zip(ddp, acc, strict=True):
-        assert a["train/loss"] == pytest.approx(b["train/loss"], abs=1e-5), (a["step"], a["train/loss"], b["train/loss"])
+        assert a["train/loss"] == pytest.approx(b["train/loss"], abs=1e-5), (
+            a["step"],
+            a["train/loss"],
+            b["train/loss"],
+        )
         assert a["train/tokens"] == b["train/tokens"]
     assert ddp[-1]["train/loss"] < ddp[0]["train/loss"]  # it trained
     wa = load_file(str(tmp_path / "ddp" / "final" / "model.safetensors"))
@@ -77,8 +84,14 @@ def test_sigkill_and_resume_equals_uninterrupted(tiny_toy_target, tmp_path):
     run_medusa(tiny_toy_target, tmp_path / "straight", *overrides)
 
     out = tmp_path / "killed"
-    args = [*medusa_cmd(), "--config", str(REPO / "recipes" / "medusa" / "tiny.yaml"),
-            f"target.path={tiny_toy_target}", f"output_dir={out}", *overrides]
+    args = [
+        *medusa_cmd(),
+        "--config",
+        str(REPO / "recipes" / "medusa" / "tiny.yaml"),
+        f"target.path={tiny_toy_target}",
+        f"output_dir={out}",
+        *overrides,
+    ]
     proc = subprocess.Popen(args, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 300
@@ -107,9 +120,18 @@ def test_sigkill_and_resume_equals_uninterrupted(tiny_toy_target, tmp_path):
 def test_refuses_to_overwrite_a_run_and_explains(tiny_toy_target, tmp_path):
     run_medusa(tiny_toy_target, tmp_path / "r", "train.max_steps=2", "checkpoint.every=1")
     proc = subprocess.run(
-        [*medusa_cmd(), "--config", str(REPO / "recipes" / "medusa" / "tiny.yaml"),
-         f"target.path={tiny_toy_target}", f"output_dir={tmp_path / 'r'}", "train.max_steps=2"],
-        env=env(), capture_output=True, text=True, timeout=300,
+        [
+            *medusa_cmd(),
+            "--config",
+            str(REPO / "recipes" / "medusa" / "tiny.yaml"),
+            f"target.path={tiny_toy_target}",
+            f"output_dir={tmp_path / 'r'}",
+            "train.max_steps=2",
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 1
     assert "pass --resume" in proc.stderr and "Traceback" not in proc.stderr

@@ -72,6 +72,11 @@ class DataConfig:
     )
 
     def __post_init__(self) -> None:
+        for name in ("train", "eval"):
+            if isinstance(getattr(self, name), str):  # iterating a string would read one source per character
+                raise ValueError(
+                    f"data.{name} is a string; expected a list of sources, e.g. [{getattr(self, name)!r}]"
+                )
         if not self.train:
             raise ValueError("data.train is empty; expected at least one source, e.g. ['stdlib:train']")
         if self.format != "auto" and self.format not in FORMATS:
@@ -88,7 +93,16 @@ class DataConfig:
 
 @dataclass
 class DataStats:
-    """What one split holds after rendering, truncation and dropping."""
+    """What one split holds after rendering, truncation and dropping.
+
+    Attributes:
+        samples: samples kept.
+        tokens: tokens of the kept samples (after truncation).
+        trained_tokens: tokens with loss_mask 1 in the kept samples.
+        truncated: samples cut to max_len (including those then dropped).
+        dropped: samples left with nothing to train (no assistant token after the first position).
+        max_length: longest kept sample.
+    """
 
     samples: int = 0
     tokens: int = 0

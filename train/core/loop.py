@@ -37,13 +37,17 @@ class TrainConfig:
     micro_batch_size: int = field(default=4, metadata={"help": "Samples per forward pass on one process."})
     grad_accum: int = field(default=1, metadata={"help": "Micro-batches per optimizer step on one process."})
     max_steps: int | None = field(default=None, metadata={"help": "Optimizer steps; None: from `epochs`."})
-    epochs: float = field(default=1.0, metadata={"help": "Passes over the training set when max_steps is None."})
+    epochs: float = field(
+        default=1.0, metadata={"help": "Passes over the training set when max_steps is None."}
+    )
     lr: float = field(default=1e-3, metadata={"help": "Peak learning rate (AdamW)."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     betas: tuple[float, float] = field(default=(0.9, 0.999), metadata={"help": "AdamW betas."})
     warmup_ratio: float = field(default=0.1, metadata={"help": "Linear warmup as a fraction of the steps."})
     min_lr_ratio: float = field(default=0.0, metadata={"help": "Cosine decay floor as a fraction of lr."})
-    max_grad_norm: float | None = field(default=1.0, metadata={"help": "Clip the global grad norm; null: off."})
+    max_grad_norm: float | None = field(
+        default=1.0, metadata={"help": "Clip the global grad norm; null: off."}
+    )
     mixed_precision: Literal["no", "bf16", "fp16"] = field(
         default="no", metadata={"help": "Autocast precision for forward passes; 'no' = float32."}
     )
@@ -73,7 +77,9 @@ class LogConfig:
 class CheckpointConfig:
     """Resumable checkpoints."""
 
-    every: int = field(default=500, metadata={"help": "Save checkpoint-<step>/ every N steps (0: at the end)."})
+    every: int = field(
+        default=500, metadata={"help": "Save checkpoint-<step>/ every N steps (0: at the end)."}
+    )
     keep_last: int = field(default=2, metadata={"help": "Keep only the newest N checkpoints (0: keep all)."})
 
 
@@ -111,7 +117,10 @@ class LoopResult:
 
 
 def make_accelerator(train: TrainConfig, log: LogConfig, output_dir: Path) -> Accelerator:
+    """The run's Accelerator. Without a GPU it is told `cpu=True`: that is what makes accelerate join a
+    torchrun / `accelerate launch` process group over gloo instead of running every rank as rank 0."""
     return Accelerator(
+        cpu=not torch.cuda.is_available(),
         mixed_precision=train.mixed_precision,
         log_with="wandb" if log.wandb else None,
         project_dir=str(output_dir),
@@ -137,7 +146,12 @@ def _batches(dataset: Any, indices: list[list[int]], pad_id: int, device: torch.
 
 @torch.no_grad()
 def evaluate(
-    method: Method, model: nn.Module, dataset: Any, pad_id: int, accelerator: Accelerator, micro_batch_size: int
+    method: Method,
+    model: nn.Module,
+    dataset: Any,
+    pad_id: int,
+    accelerator: Accelerator,
+    micro_batch_size: int,
 ) -> dict[str, float]:
     """Teacher-forced held-out metrics (loss and per-term metrics), averaged over all ranks' shards."""
     if dataset is None or len(dataset) == 0:
@@ -185,7 +199,12 @@ def run_training(
     output_dir.mkdir(parents=True, exist_ok=True)
     resume_from = resolve_resume(output_dir, resume)
     schedule = StepSchedule(
-        len(train_dataset), train.micro_batch_size, train.grad_accum, accelerator.num_processes, seed, train.shuffle
+        len(train_dataset),
+        train.micro_batch_size,
+        train.grad_accum,
+        accelerator.num_processes,
+        seed,
+        train.shuffle,
     )
     total_steps = train.max_steps or max(1, math.ceil(train.epochs * schedule.steps_per_epoch))
     params = [p for p in method.model.parameters() if p.requires_grad]
@@ -208,7 +227,9 @@ def run_training(
     step = 0
     if resume_from is not None:
         state = read_trainer_state(resume_from)
-        if state["samples_per_step"] != schedule.samples_per_step or state["num_train_samples"] != len(train_dataset):
+        if state["samples_per_step"] != schedule.samples_per_step or state["num_train_samples"] != len(
+            train_dataset
+        ):
             raise ValueError(
                 f"cannot resume from {resume_from}: it was trained with {state['samples_per_step']} samples per "
                 f"step over {state['num_train_samples']} samples, this run has {schedule.samples_per_step} over "
@@ -290,7 +311,8 @@ def run_training(
     eval_metrics = evaluate(method, model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
     if eval_metrics:
         metrics_log.write(step, eval_metrics)
-    accelerator.end_training()
+    # The caller ends the run (`accelerator.end_training()`) after saving: ending it here would tear down
+    # the process group, after which every rank believes it is the main process.
     method.model = accelerator.unwrap_model(model)
     return LoopResult(step=step, last_train=last_train, eval=eval_metrics)
 
