@@ -1,6 +1,6 @@
 """Build the toy-target presets and print a Markdown section for docs/BENCHMARKS.md.
 
-    python scripts/bench_toy_target.py --out-root /tmp/toy-bench > toy_bench.md
+    python scripts/bench_toy_target.py --out-root /tmp/toy-bench --output toy_bench.md
 
 The section has one table row per preset (parameters, tokens seen, wall time, losses) and the greedy answers
 of the last preset to held-out stdlib docstrings, so a reader can judge what the target writes.
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=3, help="greedy samples of the last preset")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--reuse", action="store_true", help="reuse builds already in --out-root")
+    parser.add_argument("--output", type=Path, default=None, help="also write the section to this file")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="toy-bench-") as tmp:
@@ -92,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         ids = [c["id"] for c in stdlib_conversations("heldout")[: args.samples]]
         pairs = greedy_samples(last, n=args.samples, max_new_tokens=args.max_new_tokens)
         samples = [(fid, prompt, completion) for fid, (prompt, completion) in zip(ids, pairs, strict=True)]
-        print(render(infos, samples, args.presets[-1]))
+        section = render(infos, samples, args.presets[-1])
+    print(section)
+    if args.output is not None:  # stdout may also carry third-party import-time warnings
+        args.output.write_text(section)
     return 0
 
 

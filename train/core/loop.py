@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -119,6 +120,8 @@ class LoopResult:
 def make_accelerator(train: TrainConfig, log: LogConfig, output_dir: Path) -> Accelerator:
     """The run's Accelerator. Without a GPU it is told `cpu=True`: that is what makes accelerate join a
     torchrun / `accelerate launch` process group over gloo instead of running every rank as rank 0."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # else DeepSpeed warns on stdout when it probes
     return Accelerator(
         cpu=not torch.cuda.is_available(),
         mixed_precision=train.mixed_precision,
