@@ -25,7 +25,10 @@ def medusa_token_counts(loss_mask: torch.Tensor, num_heads: int) -> torch.Tensor
     """
     T = loss_mask.shape[1]
     return torch.stack(
-        [loss_mask[:, k + 1 :].sum() if k + 1 < T else loss_mask.new_zeros(()).sum() for k in range(1, num_heads + 1)]
+        [
+            loss_mask[:, k + 1 :].sum() if k + 1 < T else loss_mask.new_zeros(()).sum()
+            for k in range(1, num_heads + 1)
+        ]
     ).float()
 
 

@@ -23,8 +23,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="draftsmith quickstart", description=__doc__)
     parser.add_argument("--preset", choices=["tiny", "small"], default="small", help="toy target size")
     parser.add_argument("--target", type=Path, default=None, help="target dir (default: ~/.cache/draftsmith)")
-    parser.add_argument("--output-dir", type=Path, default=Path("runs/quickstart-medusa"), help="run directory")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=3e-3")
+    parser.add_argument(
+        "--output-dir", type=Path, default=Path("runs/quickstart-medusa"), help="run directory"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=3e-3"
+    )
     args = parser.parse_args(argv)
 
     from draftsmith.scripts.toy_target import build_toy_target
@@ -37,7 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(f"[1/2] building the {args.preset!r} toy target in {target} (one-off)")
         build_toy_target(args.preset, target, seed=0, force=True)
-    recipe = files("draftsmith.recipes").joinpath("medusa", "toy.yaml" if args.preset == "small" else "tiny.yaml")
+    recipe = files("draftsmith.recipes").joinpath(
+        "medusa", "toy.yaml" if args.preset == "small" else "tiny.yaml"
+    )
     print(f"[2/2] training Medusa heads: {recipe}")
     code = medusa.main(
         ["--config", str(recipe), f"target.path={target}", f"output_dir={args.output_dir}", *args.overrides]

@@ -83,7 +83,9 @@ def resolve_resume(output_dir: Path, resume: str | None) -> Path | None:
         return existing[-1] if existing else None
     path = Path(resume)
     if not (path / STATE_NAME).is_file():
-        raise FileNotFoundError(f"--resume {resume}: no {STATE_NAME} there; not a complete checkpoint directory")
+        raise FileNotFoundError(
+            f"--resume {resume}: no {STATE_NAME} there; not a complete checkpoint directory"
+        )
     return path
 
 

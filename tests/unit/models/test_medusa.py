@@ -37,7 +37,9 @@ def test_init_from_lm_head_copies_not_aliases():
 
 def test_loss_weights():
     torch.testing.assert_close(MedusaConfig(num_heads=3).loss_weights(), torch.tensor([0.8, 0.64, 0.512]))
-    torch.testing.assert_close(MedusaConfig(num_heads=2, head_weights=[1.0, 0.5]).loss_weights(), torch.tensor([1.0, 0.5]))
+    torch.testing.assert_close(
+        MedusaConfig(num_heads=2, head_weights=[1.0, 0.5]).loss_weights(), torch.tensor([1.0, 0.5])
+    )
     with pytest.raises(ValueError, match="head_weights"):
         MedusaConfig(num_heads=3, head_weights=[1.0])
 

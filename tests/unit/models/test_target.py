@@ -39,7 +39,9 @@ def test_target_is_frozen_and_bad_ids_are_rejected(tiny_random_target):
 
 def test_identity_and_mismatch(tiny_random_target, toy_tokenizer):
     ident = tiny_random_target.identity()
-    assert ident["vocab_size"] == len(toy_tokenizer) and ident["num_layers"] == 4 and ident["hidden_size"] == 32
+    assert (
+        ident["vocab_size"] == len(toy_tokenizer) and ident["num_layers"] == 4 and ident["hidden_size"] == 32
+    )
     check_target_identity(ident, dict(ident), "drafter")  # same target passes
     other = dict(ident, hidden_size=64, tokenizer_sha256="0" * 64)
     with pytest.raises(ValueError, match="hidden_size: trained for 32, got 64") as err:

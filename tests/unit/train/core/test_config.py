@@ -10,6 +10,7 @@ from typing import Any, Literal, Optional
 
 import pytest
 import yaml
+
 from draftsmith.train.core.config import (
     ConfigError,
     config_to_dict,

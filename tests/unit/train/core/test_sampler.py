@@ -16,7 +16,13 @@ def test_epochs_are_permutations_and_differ():
     s = StepSchedule(12, micro_batch_size=2, grad_accum=1, world_size=2, seed=0)
     assert s.steps_per_epoch == 3
     for epoch in range(2):
-        seen = [i for step in range(epoch * 3, epoch * 3 + 3) for r in range(2) for mb in s.micro_batches(step, r) for i in mb]
+        seen = [
+            i
+            for step in range(epoch * 3, epoch * 3 + 3)
+            for r in range(2)
+            for mb in s.micro_batches(step, r)
+            for i in mb
+        ]
         assert sorted(seen) == list(range(12))
     assert s.micro_batches(0, 0) != s.micro_batches(3, 0) or s.micro_batches(0, 1) != s.micro_batches(3, 1)
 
