@@ -17,6 +17,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -96,6 +97,12 @@ class FrozenTarget:
         if not cfg.path:
             raise ValueError(
                 "target.path is empty: set it to a Hub id or a local model directory (target.path=DIR)"
+            )
+        local = Path(cfg.path).expanduser()
+        if cfg.path.startswith(("/", "./", "../", "~")) and not local.is_dir():
+            raise FileNotFoundError(
+                f"target.path={cfg.path!r} is not a directory: point it at a saved model directory "
+                "(with config.json and the weights) or a Hub id like org/name"
             )
         device = torch.device(device)
         kwargs: dict[str, Any] = {"revision": cfg.revision, "trust_remote_code": cfg.trust_remote_code}

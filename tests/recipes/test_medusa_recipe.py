@@ -135,3 +135,18 @@ def test_refuses_to_overwrite_a_run_and_explains(tiny_toy_target, tmp_path):
     )
     assert proc.returncode == 1
     assert "pass --resume" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_wandb_offline_needs_no_account(tiny_toy_target, tmp_path):
+    run_medusa(
+        tiny_toy_target,
+        tmp_path / "w",
+        "train.max_steps=2",
+        "checkpoint.every=0",
+        "log.wandb=true",
+        "data.max_samples=40",
+        "data.eval_max_samples=8",
+    )
+    runs = list((tmp_path / "w" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    assert list(runs[0].glob("*.wandb")), "wandb wrote no run file"

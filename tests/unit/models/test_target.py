@@ -56,5 +56,5 @@ def test_load_from_local_directory(tmp_path, tiny_random_target):
     tiny_random_target.tokenizer.save_pretrained(tmp_path)
     loaded = FrozenTarget.load(TargetConfig(path=str(tmp_path)))
     assert loaded.identity() == {**tiny_random_target.identity(), "name_or_path": str(tmp_path)}
-    with pytest.raises(FileNotFoundError, match="could not load target"):
+    with pytest.raises(FileNotFoundError, match="is not a directory"):
         FrozenTarget.load(TargetConfig(path=str(tmp_path / "missing")))
