@@ -20,8 +20,7 @@ from draftsmith.models.chat_render import has_generation_markers, render_convers
 from draftsmith.models.conversations import Conversation, read_conversations
 from draftsmith.scripts.toy_tokenizer import CHAT_TEMPLATE
 
-# The toy template also accepting `tool` messages (it raises on them), so the glaive tool chats render.
-TOY = CHAT_TEMPLATE.replace("['system', 'user']", "['system', 'user', 'tool']")
+TOY = CHAT_TEMPLATE  # accepts `tool` messages, so the glaive tool chats render
 CHATML = (
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
@@ -215,9 +214,12 @@ def test_errors_name_the_record(toy_tokenizer) -> None:
         render_prompt(no_template, chat[:1])
     with pytest.raises(ValueError, match=r"f\.jsonl:4: conversation has no assistant turn"):
         render_conversation(toy_tokenizer, Conversation(chat[:1], source="f.jsonl:4"))
-    tool_chat = [*chat, {"role": "tool", "content": "{}"}]  # the toy template raises on `tool`
+    tool_chat = [*chat, {"role": "tool", "content": "{}"}]
+    no_tools = with_template(
+        toy_tokenizer, CHAT_TEMPLATE.replace("['system', 'user', 'tool']", "['system', 'user']")
+    )
     with pytest.raises(ValueError, match=r"f\.jsonl:5: the chat template .* unknown role: tool"):
-        render_conversation(toy_tokenizer, Conversation(tool_chat, source="f.jsonl:5"))
+        render_conversation(no_tools, Conversation(tool_chat, source="f.jsonl:5"))
     # A template that renders earlier turns differently once later ones exist breaks the prefix property.
     unstable = with_template(toy_tokenizer, "{{ messages | length }}" + strip_markers(CHAT_TEMPLATE))
     with pytest.raises(ValueError, match=r"f\.jsonl:6: the chat template .* is not prefix-stable"):
