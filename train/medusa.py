@@ -121,24 +121,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             output_dir / "final",
             method.model,
             target.identity(),
-            extra={"training": {"steps": result.step, "heldout": result.eval, "train": result.last_train}},
+            extra={
+                "training": {
+                    "steps": result.step,
+                    "heldout": result.eval,
+                    "heldout_at_start": result.initial_eval,
+                    "train": result.last_train,
+                }
+            },
         )
-        print(format_accuracy_table(result.eval, len(method.term_names)))
+        print(format_accuracy_table(result.eval, len(method.term_names), result.initial_eval))
         print(f"drafter checkpoint: {final}")
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return 0
 
 
-def format_accuracy_table(metrics: dict[str, float], num_heads: int) -> str:
-    """Markdown table of held-out teacher-forced accuracy per head."""
+def format_accuracy_table(
+    metrics: dict[str, float], num_heads: int, start: dict[str, float] | None = None
+) -> str:
+    """Markdown table of held-out teacher-forced accuracy per head (with the values at step 0 if known)."""
+    start = start or {}
     rows = ["| head | predicts | top-1 | top-5 | loss |", "|---|---|---|---|---|"]
     for k in range(1, num_heads + 1):
         p = f"eval/depth{k}"
-        if f"{p}/top1" in metrics:
-            rows.append(
-                f"| {k} | t+{k + 1} | {metrics[f'{p}/top1']:.3f} | {metrics[f'{p}/top5']:.3f} | {metrics[f'{p}/loss']:.3f} |"
-            )
+        if f"{p}/top1" not in metrics:
+            continue
+        cells = []
+        for name, fmt in (("top1", ".3f"), ("top5", ".3f"), ("loss", ".3f")):
+            end = format(metrics[f"{p}/{name}"], fmt)
+            cells.append(f"{format(start[f'{p}/{name}'], fmt)} -> {end}" if f"{p}/{name}" in start else end)
+        rows.append(f"| {k} | t+{k + 1} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 

@@ -45,6 +45,10 @@ def test_medusa_heads_learn(tiny_toy_target, tmp_path):
     final = tmp_path / "run" / "final"
     config = json.loads((final / "config.json").read_text())
     after = config["training"]["heldout"]
+    # The run's own step-0 evaluation agrees with the in-process oracle (same seed, same initialisation).
+    assert config["training"]["heldout_at_start"]["eval/depth1/top1"] == pytest.approx(
+        before["eval/depth1/top1"], abs=0.01
+    )
     assert config["kind"] == "medusa" and config["target"]["num_layers"] >= 2
     # Head 1 (predicting t+2) starts as the target's own next-token head applied one token early (~2%
     # top-1 on the tiny target); after 150 steps it reaches ~10%, bounded by how predictable the weak
@@ -53,7 +57,7 @@ def test_medusa_heads_learn(tiny_toy_target, tmp_path):
     assert after["eval/depth1/top1"] > before["eval/depth1/top1"] + 0.05, (before, after)
     assert after["eval/depth1/loss"] < before["eval/depth1/loss"] - 1.0, (before, after)
     assert after["eval/depth1/top1"] > after["eval/depth2/top1"]  # nearer tokens are easier
-    assert "| 1 | t+2 |" in proc.stdout
+    assert "| 1 | t+2 | " in proc.stdout and " -> " in proc.stdout
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in rows if "train/loss" in r] == list(range(1, 151))
 

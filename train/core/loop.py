@@ -115,6 +115,7 @@ class LoopResult:
     step: int
     last_train: dict[str, float]
     eval: dict[str, float]
+    initial_eval: dict[str, float]  # held-out metrics before the first step (empty when resumed)
 
 
 def make_accelerator(train: TrainConfig, log: LogConfig, output_dir: Path) -> Accelerator:
@@ -257,6 +258,11 @@ def run_training(
         }
 
     metrics_log = MetricsLog(accelerator, output_dir)
+    initial_eval: dict[str, float] = {}
+    if step == 0:  # the starting point, so every run shows how far training moved the held-out metrics
+        initial_eval = evaluate(method, model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
+        if initial_eval:
+            metrics_log.write(0, initial_eval)
     window = MetricWindow(method.term_names, method.term_weights)
     weights = method.term_weights.to(accelerator.device)
     last_train: dict[str, float] = {}
@@ -317,7 +323,7 @@ def run_training(
     # The caller ends the run (`accelerator.end_training()`) after saving: ending it here would tear down
     # the process group, after which every rank believes it is the main process.
     method.model = accelerator.unwrap_model(model)
-    return LoopResult(step=step, last_train=last_train, eval=eval_metrics)
+    return LoopResult(step=step, last_train=last_train, eval=eval_metrics, initial_eval=initial_eval)
 
 
 def _truncate_metrics(path: Path, step: int, accelerator: Accelerator) -> None:
