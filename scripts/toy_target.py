@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import re
-import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -38,6 +37,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from draftsmith.models.checkpoint import atomic_write_dir, commit_dir
 from draftsmith.models.stdlib_corpus import stdlib_conversations
 from draftsmith.scripts.toy_tokenizer import END_TOKEN, SPECIAL_TOKENS, train_tokenizer
 
@@ -398,20 +398,12 @@ def _save(
 ) -> None:
     """Write to `<out_dir>.tmp`, then swap it in, so `out_dir` is never half-written."""
     _check_out_dir(out_dir, force)  # again: the directory may have appeared while we trained
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)  # left over from a killed build
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = atomic_write_dir(out_dir)  # a leftover from a killed build is cleared
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
     )
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     (tmp / "build.json").write_text(json.dumps(info, indent=2) + "\n")
-    if out_dir.exists():
-        old = out_dir.with_name(out_dir.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        out_dir.rename(old)
-        tmp.rename(out_dir)
-        shutil.rmtree(old)
-    else:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp.rename(out_dir)
+    commit_dir(tmp, out_dir)

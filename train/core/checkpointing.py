@@ -9,13 +9,14 @@ the previous checkpoints or the new one, never a half-written directory that res
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from accelerate import Accelerator
+
+from draftsmith.models.checkpoint import commit_dir
 
 STATE_NAME = "trainer_state.json"
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -53,9 +54,7 @@ def save_checkpoint(
         (tmp / "config.yaml").write_text(config_yaml)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        commit_dir(tmp, final)
         for old in list_checkpoints(output_dir)[:-keep_last] if keep_last > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()

@@ -9,6 +9,7 @@ same update for any split into ranks x micro-batches x accumulation (DESIGN.md s
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import time
@@ -273,8 +274,8 @@ def run_training(
     while step < total_steps:
         indices = schedule.micro_batches(step, accelerator.process_index)
         batches = list(_batches(train_dataset, indices, pad_id, accelerator.device))
-        counts = sum(method.token_counts(b).to(accelerator.device) for b in batches)
-        global_counts = accelerator.reduce(counts, "sum").clamp(min=1)  # tokens per term, whole window
+        batch_counts = [method.token_counts(b).to(accelerator.device) for b in batches]
+        global_counts = accelerator.reduce(sum(batch_counts), "sum").clamp(min=1)  # per term, whole window
         for j, batch in enumerate(batches):
             # Gradients are all-reduced (averaged over ranks) only on the window's last micro-batch.
             sync = j == len(batches) - 1
@@ -283,7 +284,7 @@ def run_training(
                 # x num_processes undoes DDP's gradient averaging: the result is sum / global tokens.
                 loss = (weights * sums.float() / global_counts).sum() * accelerator.num_processes
                 accelerator.backward(loss)
-            window.add(sums, method.token_counts(batch).to(accelerator.device), metrics)
+            window.add(sums, batch_counts[j], metrics)
             tokens_window += batch["attention_mask"].sum()
         max_norm = train.max_grad_norm if train.max_grad_norm else float("inf")
         grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
@@ -330,6 +331,4 @@ def _truncate_metrics(path: Path, step: int, accelerator: Accelerator) -> None:
     """Drop records logged after the resumed checkpoint, so metrics.jsonl reads as one uninterrupted run."""
     if accelerator.is_main_process and path.is_file():
         kept = [r for r in read_metrics(path) if r["step"] <= step]
-        import json
-
         path.write_text("".join(json.dumps(r) + "\n" for r in kept))
