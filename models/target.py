@@ -145,11 +145,15 @@ class FrozenTarget:
         attention_mask: torch.Tensor | None = None,
         layer_ids: Sequence[LayerId] = ("final",),
         return_logits: bool = False,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Any = None,
     ) -> tuple[dict[LayerId, torch.Tensor], torch.Tensor | None]:
         """Run the target and return `({layer_id: [B, T, H]}, logits [B, T, V] or None)`.
 
         The LM head runs only when `return_logits` is set: drafters that need only features skip the
-        vocabulary-sized matmul.
+        vocabulary-sized matmul. With `past_key_values` (a transformers `Cache`) the forward extends that
+        cache; `attention_mask` may then be a 4D additive mask `[B, 1, T, past + T]` (tree attention) and
+        `position_ids` the positions of the new tokens, both used as given.
         """
         self.check_layer_ids(layer_ids)
         captured: dict[LayerId, torch.Tensor] = {}
@@ -160,7 +164,13 @@ class FrozenTarget:
             module = self.decoder.norm if lid == self.num_layers else self.decoder.layers[lid]
             handles.append(module.register_forward_pre_hook(_capture_input(captured, lid), with_kwargs=True))
         try:
-            out = self.decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            out = self.decoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=past_key_values is not None,
+            )
         finally:
             for h in handles:
                 h.remove()

@@ -4,7 +4,10 @@
     draftsmith data inspect --config RECIPE [k=v ...]    show rendered samples and trained tokens
     draftsmith train medusa --config RECIPE [k=v ...]    train Medusa heads (single process; use
                                                          `accelerate launch train/medusa.py` for several)
-    draftsmith quickstart                                toy target -> Medusa heads -> held-out accuracy
+    draftsmith eval --target DIR --drafter CKPT|ngram|self|HF_DIR --data FILE
+                                                         speculative decoding on held-out prompts: tau,
+                                                         speedup, lossless check, deployment gate
+    draftsmith quickstart                                toy target -> Medusa heads -> eval vs ngram
 
 Each subcommand has its own `--help`.
 """
@@ -15,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from draftsmith.train.core.errors import run_main
+from draftsmith.models.errors import run_main
 
 TRAIN_METHODS: dict[str, str] = {"medusa": "draftsmith.train.medusa"}
 
@@ -55,6 +58,12 @@ def _build_target(argv: Sequence[str]) -> int:
     return build_toy_target.run(parser.parse_args(list(argv)))
 
 
+def _eval(argv: Sequence[str]) -> int:
+    from draftsmith.eval.acceptance import build_parser, run
+
+    return run(build_parser().parse_args(list(argv)))
+
+
 def _quickstart(argv: Sequence[str]) -> int:
     from draftsmith.scripts.quickstart import main as quickstart_main
 
@@ -65,6 +74,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "build-target": (_build_target, "train a small Llama toy target on real text (CPU, deterministic)"),
     "data": (_data, "inspect how a recipe's data renders: trained tokens and statistics"),
     "train": (_train, "train a drafter: draftsmith train medusa --config recipes/medusa/toy.yaml ..."),
+    "eval": (_eval, "measure a drafter by real speculative decoding: tau, speedup, --min-tau gate"),
     "quickstart": (_quickstart, "build the small toy target if absent, train Medusa heads, report accuracy"),
 }
 

@@ -19,13 +19,13 @@ from accelerate.utils import set_seed
 from torch import nn
 
 from draftsmith.models.checkpoint import save_drafter
+from draftsmith.models.errors import run_main
 from draftsmith.models.losses import medusa_loss, medusa_token_counts
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.target import FrozenTarget, TargetConfig
 from draftsmith.train.core.config import config_yaml
 from draftsmith.train.core.config_cli import make_parser, parse_args
 from draftsmith.train.core.data import DataConfig, build_datasets
-from draftsmith.train.core.errors import run_main
 from draftsmith.train.core.loop import (
     CheckpointConfig,
     EvalConfig,

@@ -1,0 +1,212 @@
+"""The one speculative decoding loop, for every drafter (DESIGN.md section 3, ALGORITHMS.md section 9).
+
+Per sequence: a prefill forward over the prompt gives the first new token (drawn exactly as plain decoding
+would). Then each step the drafter proposes a tree rooted at the last committed token; ONE target forward
+over the tree's tokens (tree attention: a 4D mask and depth-based position ids; a chain uses the ordinary
+causal path) gives the target's logits at every node; `verify` picks the accepted path and the extra token;
+the cache keeps the prefix plus that path. Every step commits accepted + 1 tokens.
+
+Bookkeeping follows ALGORITHMS.md 9.6: tau counts the tokens committed by verification steps (the bonus or
+correction token included) per verification forward; the prefill forward and its token are excluded.
+Drafts never reach past `max_new_tokens` (the depth shrinks near the end, as transformers does), and a
+stop token ends the sequence even in the middle of an accepted path.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from draftsmith.models.target import FrozenTarget
+
+from .drafters.base import Drafter, check_depth
+from .kv_cache import keep_path
+from .sampling import Sampling, sample
+from .tree import TreeShape, tree_attention
+from .verify import verify
+
+
+@dataclass
+class Step:
+    """One verification step: draft tokens sent, tree depth, draft tokens accepted, tokens committed (after
+    any stop/length cut), and the time spent drafting and verifying (forward + verify + cache)."""
+
+    draft_tokens: int
+    depth: int
+    accepted: int
+    committed: int
+    cache_len: int
+    draft_s: float
+    verify_s: float
+
+
+@dataclass
+class Generation:
+    tokens: list[int]  # new tokens, the stop token included when one was produced
+    steps: list[Step] = field(default_factory=list)
+    stop: str = "length"  # "eos" or "length"
+    wall_s: float = 0.0
+
+    @property
+    def step_tokens(self) -> int:
+        """Tokens committed by verification steps (all new tokens but the prefill's)."""
+        return sum(s.committed for s in self.steps)
+
+
+def stop_token_ids(target: FrozenTarget) -> set[int]:
+    """End-of-sequence ids: the tokenizer's eos plus the generation config's (an int or a list)."""
+    ids: set[int] = set()
+    for value in (
+        target.tokenizer.eos_token_id,
+        getattr(target.model.generation_config, "eos_token_id", None),
+    ):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def pick(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:
+    """The token plain decoding takes from next-token logits `[V]`."""
+    if sampling.greedy:
+        return int(logits.argmax())
+    return sample(sampling.probs(logits), generator)
+
+
+def _timer(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+class SpeculativeDecoder:
+    """Speculative decoding of one sequence at a time (batch size 1, as the papers measure).
+
+    Args:
+        target: the frozen target.
+        drafter: any object following `drafters.base.Drafter`.
+        shape: the draft-tree shape (depth included).
+        sampling: temperature / top-p / top-k; temperature 0 is greedy.
+        acceptance: "exact" (lossless) or "typical" (Medusa's lossy rule).
+    """
+
+    def __init__(
+        self,
+        target: FrozenTarget,
+        drafter: Drafter,
+        shape: TreeShape,
+        sampling: Sampling,
+        acceptance: str = "exact",
+    ):
+        check_depth(drafter, shape)
+        self.target = target
+        self.drafter = drafter
+        self.shape = shape
+        self.sampling = sampling
+        self.acceptance = acceptance
+        self.stop_ids = stop_token_ids(target)
+        self.layer_ids = tuple(drafter.feature_layers)
+
+    def _forward(self, ids: torch.Tensor, cache: Any, mask: Any = None, positions: Any = None) -> Any:
+        return self.target.forward(
+            ids[None].to(self.target.device),
+            attention_mask=mask,
+            layer_ids=self.layer_ids,
+            return_logits=True,
+            position_ids=positions,
+            past_key_values=cache,
+        )
+
+    @torch.no_grad()
+    def generate(
+        self, prompt: list[int], max_new_tokens: int, generator: torch.Generator | None = None
+    ) -> Generation:
+        """Decode up to `max_new_tokens` new tokens after `prompt` (stopping at an end-of-sequence token)."""
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        device = self.target.device
+        t_start = _timer(device)
+        cache = DynamicCache(config=self.target.model.config)
+        self.drafter.start()
+        features, logits = self._forward(torch.tensor(prompt), cache)
+        self.drafter.observe({k: v[0] for k, v in features.items()})
+        first = pick(logits[0, -1], self.sampling, generator)
+        out = Generation([first])
+        context = list(prompt) + [first]
+        if first in self.stop_ids:
+            out.stop = "eos"
+        while out.stop != "eos" and len(out.tokens) < max_new_tokens:
+            shape = self.shape
+            room = max_new_tokens - len(out.tokens) - 1  # the step's own token always fits
+            if shape.depth > room:
+                shape = shape.truncated(room)
+            t0 = _timer(device)
+            tree = self.drafter.propose(context, shape, self.sampling, generator)
+            t1 = _timer(device)
+            past = len(context) - 1
+            if tree.parents == list(range(-1, len(tree) - 1)):  # a chain: the ordinary causal forward
+                features, logits = self._forward(tree.tokens, cache)
+            else:
+                depth = torch.tensor(tree.depths(), device=device)
+                mask = tree_attention(tree.ancestor_mask(), past, self.target.model.dtype, device)
+                features, logits = self._forward(tree.tokens, cache, mask, (past + depth)[None])
+            verdict = verify(tree, logits[0], self.sampling, generator, self.acceptance)
+            keep_path(cache, past, verdict.path)
+            new = tree.tokens[verdict.path[1:]].tolist() + [verdict.token]
+            self.drafter.observe({k: v[0, verdict.path] for k, v in features.items()})
+            committed = 0
+            for tok in new:
+                if len(out.tokens) == max_new_tokens:
+                    break
+                out.tokens.append(tok)
+                context.append(tok)
+                committed += 1
+                if tok in self.stop_ids:
+                    out.stop = "eos"
+                    break
+            t2 = _timer(device)
+            depth_max = max(tree.depths())
+            out.steps.append(
+                Step(tree.num_draft, depth_max, verdict.accepted, committed, past, t1 - t0, t2 - t1)
+            )
+        out.wall_s = _timer(device) - t_start
+        return out
+
+
+@torch.no_grad()
+def plain_decode(
+    target: FrozenTarget,
+    prompt: list[int],
+    max_new_tokens: int,
+    sampling: Sampling,
+    generator: torch.Generator | None = None,
+    stop_ids: set[int] | None = None,
+) -> Generation:
+    """Vanilla autoregressive decoding with a KV cache: the baseline for speedup and the T=0 oracle.
+
+    One target forward per token, LM head on the last position only, no drafter and no hooks: as cheap as
+    plain decoding gets in eager transformers, so the reported speedup is not flattered by a slow baseline.
+    """
+    stop_ids = stop_token_ids(target) if stop_ids is None else stop_ids
+    device = target.device
+    t_start = _timer(device)
+    cache = DynamicCache(config=target.model.config)
+    ids = torch.tensor([prompt], device=device)
+    out = Generation([])
+    while True:
+        logits = target.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+        tok = pick(logits[0, -1], sampling, generator)
+        out.tokens.append(tok)
+        if tok in stop_ids:
+            out.stop = "eos"
+            break
+        if len(out.tokens) == max_new_tokens:
+            break
+        ids = torch.tensor([[tok]], device=device)
+    out.wall_s = _timer(device) - t_start
+    return out

@@ -1,0 +1,139 @@
+"""The acceptance report: metrics of ALGORITHMS.md 9.6 from the decoding loop's step records.
+
+tau                 tokens committed per verification forward, bonus/correction token included, prefill
+                    excluded: sum(step tokens) / sum(steps)  (vanilla decoding = 1.00)
+alpha               accepted draft tokens / draft tokens sent for verification (every tree node counts)
+acceptance_by_depth P(a draft token at depth d is accepted | the path was accepted to depth d-1), over the
+                    steps whose tree reached depth d
+target_forwards     prefill + verification forwards of the target
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .decoder import Generation
+
+
+@dataclass
+class TurnResult:
+    """One generated answer (one turn of one item) with its plain-decoding baseline."""
+
+    item: str
+    turn: int
+    prompt_tokens: int
+    spec: Generation
+    baseline: Generation | None = None
+
+
+def acceptance_by_depth(generations: Sequence[Generation]) -> list[float | None]:
+    depth = max((s.depth for g in generations for s in g.steps), default=0)
+    rates: list[float | None] = []
+    for d in range(1, depth + 1):
+        reached = [s for g in generations for s in g.steps if s.depth >= d and s.accepted >= d - 1]
+        rates.append(sum(s.accepted >= d for s in reached) / len(reached) if reached else None)
+    return rates
+
+
+def _rate(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def summarize(turns: Sequence[TurnResult]) -> dict[str, Any]:
+    """The report's metrics over `turns` (the `settings` and `per_prompt` keys are added by the caller)."""
+    gens = [t.spec for t in turns]
+    steps = [s for g in gens for s in g.steps]
+    new_tokens = sum(len(g.tokens) for g in gens)
+    wall = sum(g.wall_s for g in gens)
+    have_baseline = bool(turns) and all(t.baseline is not None for t in turns)
+    base_tokens = sum(len(t.baseline.tokens) for t in turns if t.baseline is not None)
+    base_wall = sum(t.baseline.wall_s for t in turns if t.baseline is not None)
+    tokens_per_s = _rate(new_tokens, wall)
+    baseline_tps = _rate(base_tokens, base_wall) if have_baseline else None
+    draft_s = sum(s.draft_s for s in steps)
+    verify_s = sum(s.verify_s for s in steps)
+    return {
+        "tau": _rate(sum(s.committed for s in steps), len(steps)),
+        "alpha": _rate(sum(s.accepted for s in steps), sum(s.draft_tokens for s in steps)),
+        "acceptance_by_depth": acceptance_by_depth(gens),
+        "target_forwards": len(gens) + len(steps),
+        "verification_forwards": len(steps),
+        "new_tokens": new_tokens,
+        "wall_time_s": wall,
+        "tokens_per_s": tokens_per_s,
+        "baseline_tokens_per_s": baseline_tps,
+        "speedup": _rate(tokens_per_s or 0.0, baseline_tps) if baseline_tps and tokens_per_s else None,
+        "draft_time_s": draft_s,
+        "verify_time_s": verify_s,
+    }
+
+
+def per_prompt_rows(turns: Sequence[TurnResult]) -> list[dict[str, Any]]:
+    rows = []
+    for t in turns:
+        row = {"id": t.item, "turn": t.turn, "prompt_tokens": t.prompt_tokens, "stop": t.spec.stop}
+        row.update(
+            {k: summarize([t])[k] for k in ("tau", "alpha", "new_tokens", "target_forwards", "wall_time_s")}
+        )
+        if t.baseline is not None:
+            row["baseline_tokens"] = len(t.baseline.tokens)
+            row["baseline_wall_time_s"] = t.baseline.wall_s
+        rows.append(row)
+    return rows
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """A Markdown summary table of `report` (printed on stdout by the CLI)."""
+    s = report["settings"]
+    rows = [
+        ("drafter", s["drafter"]),
+        ("tree / depth", f"{s['tree']} / {s['depth']}"),
+        ("temperature / top-p / top-k", f"{s['temperature']} / {s['top_p']} / {s['top_k']}"),
+        ("prompts (turns)", f"{report['num_prompts']} ({report['num_turns']})"),
+        ("tau (tokens per verification forward)", _fmt(report["tau"])),
+        ("alpha (accepted / drafted)", _fmt(report["alpha"])),
+        ("acceptance by depth", " ".join(_fmt(a, 2) for a in report["acceptance_by_depth"]) or "-"),
+        ("target forwards (prefill + verify)", report["target_forwards"]),
+        ("new tokens", report["new_tokens"]),
+        ("tokens/s (speculative)", _fmt(report["tokens_per_s"], 1)),
+        ("tokens/s (plain decoding)", _fmt(report["baseline_tokens_per_s"], 1)),
+        ("speedup", _fmt(report["speedup"], 2)),
+        ("lossless (T=0 check)", _fmt(report["lossless"])),
+    ]
+    lines = ["| metric | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def plot_acceptance(report: dict[str, Any], out: Path) -> None:
+    """A PNG bar plot of acceptance by depth (needs matplotlib: `pip install draftsmith[plot]`)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ValueError("--plot needs matplotlib: pip install 'draftsmith[plot]' (or matplotlib)") from err
+    rates = [a if a is not None else 0.0 for a in report["acceptance_by_depth"]]
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
+    ax.bar(range(1, len(rates) + 1), rates, color="#4C72B0")
+    ax.set_xlabel("draft depth d")
+    ax.set_ylabel("P(accept at d | accepted d-1)")
+    ax.set_ylim(0, 1)
+    ax.set_xticks(range(1, len(rates) + 1))
+    s = report["settings"]
+    ax.set_title(f"{Path(s['drafter']).name} {s['tree']} T={s['temperature']}: tau {_fmt(report['tau'], 2)}")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)

@@ -1,0 +1,188 @@
+"""Draft trees: their static shapes (`--tree`), the proposed tree itself, and its attention pattern.
+
+A shape is a list of rank paths, Medusa's `medusa_choices` convention (ALGORITHMS.md section 2.4): path
+`(i_1, ..., i_d)` is the node at depth d reached by taking the i_1-th ranked candidate at depth 1, then the
+i_2-th ranked child of that node, and so on (0-based ranks). Shapes on the command line:
+
+    chain       one path of `depth` top-1 candidates: [[0], [0, 0], ...]
+    topk:K      K alternatives at every depth of the top-1 chain: [[0], .., [K-1], [0, 0], .., [0, K-1], ..]
+                (K * depth draft tokens; the drafter's top-K candidates, deterministic)
+    sample:K    the same shape, but the K alternatives are K independent samples from the drafter's
+                distribution (LM drafters at temperature > 0; verified with the SpecInfer rule)
+    paths:FILE  a JSON list of rank paths, e.g. a Medusa tree; must contain every prefix of every path
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """A static draft-tree shape.
+
+    Attributes:
+        paths: rank paths sorted by (depth, ranks); node i+1 of a proposed tree is paths[i] (0 = root).
+        sampled: children are independent draws from the drafter's distribution instead of its top ranks.
+        name: the spec it came from, for reports.
+    """
+
+    paths: tuple[tuple[int, ...], ...]
+    sampled: bool = False
+    name: str = "chain"
+
+    @property
+    def depth(self) -> int:
+        return max((len(p) for p in self.paths), default=0)
+
+    @property
+    def is_chain(self) -> bool:
+        return all(p == (0,) * len(p) for p in self.paths)
+
+    def parents(self) -> list[int]:
+        """Parent node index of every node (root = node 0 has parent -1)."""
+        index = {p: i + 1 for i, p in enumerate(self.paths)}
+        return [-1] + [index[p[:-1]] if len(p) > 1 else 0 for p in self.paths]
+
+    def max_rank(self) -> int:
+        """The largest rank used + 1 (how many candidates per node a drafter must rank)."""
+        return 1 + max((r for p in self.paths for r in p), default=0)
+
+    def truncated(self, depth: int) -> TreeShape:
+        """The same shape without nodes deeper than `depth`."""
+        return TreeShape(tuple(p for p in self.paths if len(p) <= depth), self.sampled, self.name)
+
+
+def chain_shape(depth: int) -> TreeShape:
+    return TreeShape(tuple((0,) * d for d in range(1, depth + 1)), False, "chain")
+
+
+def parse_tree(spec: str, depth: int) -> TreeShape:
+    """Parse a `--tree` value (see the module docstring) for drafts of at most `depth` tokens.
+
+    Raises:
+        ValueError: an unknown spec, a bad K, or a paths file that is not a prefix-closed list of paths.
+    """
+    if depth < 0:
+        raise ValueError(f"depth must be >= 0, got {depth}")
+    if spec == "chain":
+        return chain_shape(depth)
+    kind, _, arg = spec.partition(":")
+    if kind in ("topk", "sample"):
+        try:
+            k = int(arg)
+        except ValueError:
+            k = 0
+        if k < 1:
+            raise ValueError(f"--tree {spec!r}: expected {kind}:K with an integer K >= 1, e.g. {kind}:3")
+        paths = [(0,) * (d - 1) + (r,) for d in range(1, depth + 1) for r in range(k)]
+        return TreeShape(_sorted(paths), kind == "sample", spec)
+    if kind == "paths":
+        return TreeShape(read_paths(Path(arg)), False, spec).truncated(depth)
+    raise ValueError(f"--tree {spec!r} is not known; use chain, topk:K, sample:K or paths:FILE")
+
+
+def read_paths(path: Path) -> tuple[tuple[int, ...], ...]:
+    """Read and check a JSON list of rank paths (Medusa `medusa_choices` style)."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"tree file {path} does not exist (expected a JSON list of paths like [[0], [1]])"
+        )
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"tree file {path} is not valid JSON: {e}") from e
+    ok = isinstance(raw, list) and all(
+        isinstance(p, list) and p and all(isinstance(r, int) and r >= 0 for r in p) for p in raw
+    )
+    if not ok:
+        raise ValueError(
+            f"tree file {path}: expected a JSON list of non-empty lists of ranks >= 0, like [[0], [0, 1]]"
+        )
+    paths = {tuple(p) for p in raw}
+    missing = sorted({p[:i] for p in paths for i in range(1, len(p))} - paths)
+    if missing:
+        raise ValueError(
+            f"tree file {path}: paths {[list(m) for m in missing[:5]]} are missing; every prefix of a "
+            "path must be a node of the tree too"
+        )
+    return _sorted(paths)
+
+
+def _sorted(paths: list[tuple[int, ...]] | set[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(sorted(set(paths), key=lambda p: (len(p), p)))
+
+
+@dataclass
+class DraftTree:
+    """A proposed draft: node 0 is the root (the last committed token, not yet seen by the target).
+
+    Attributes:
+        tokens: `[N]` token ids, parents before children.
+        parents: parent index per node (-1 for the root).
+        q: per node, the drafter distribution `[V]` its children were sampled from, or None when the children
+            are deterministic (top-k ranks, n-gram matches): the verifier then uses the point-mass rule.
+    """
+
+    tokens: torch.Tensor
+    parents: list[int]
+    q: list[torch.Tensor | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.q:
+            self.q = [None] * len(self.parents)
+        if any(p >= i for i, p in enumerate(self.parents)) or self.parents[0] != -1:
+            raise ValueError(f"tree parents {self.parents} must point to earlier nodes (root first)")
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    @property
+    def num_draft(self) -> int:
+        return len(self.parents) - 1
+
+    def depths(self) -> list[int]:
+        depth = [0] * len(self.parents)
+        for i in range(1, len(self.parents)):
+            depth[i] = depth[self.parents[i]] + 1
+        return depth
+
+    def children(self) -> list[list[int]]:
+        kids: list[list[int]] = [[] for _ in self.parents]
+        for i in range(1, len(self.parents)):
+            kids[self.parents[i]].append(i)
+        return kids
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """`[N, N]` bool: `m[i, j]` iff node j is node i or one of its ancestors."""
+        n = len(self.parents)
+        mask = torch.eye(n, dtype=torch.bool)
+        for i in range(1, n):
+            mask[i] |= mask[self.parents[i]]
+        return mask
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root to `node`, inclusive."""
+        path = [node]
+        while self.parents[path[-1]] >= 0:
+            path.append(self.parents[path[-1]])
+        return path[::-1]
+
+
+def tree_attention(
+    ancestors: torch.Tensor, past_len: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """The additive 4D mask `[1, 1, N, past_len + N]` for feeding tree nodes after `past_len` cached tokens.
+
+    Every node sees the whole cached prefix and its own ancestors (and itself), nothing else. Additive
+    (0 / dtype min) rather than boolean, so eager, sdpa and flex attention all read it the same way.
+    """
+    n = ancestors.shape[0]
+    allowed = torch.cat([torch.ones(n, past_len, dtype=torch.bool), ancestors], dim=1).to(device)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
