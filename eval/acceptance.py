@@ -180,7 +180,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
         device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
         )
-        target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)  # type: ignore[arg-type]
+        target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)
     if drafter is None:
         drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min)
     depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
@@ -236,7 +236,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
     rows = per_prompt_rows(turns)
     lossless = None
     if args.check_lossless:
-        for row, t in zip(rows, turns):
+        for row, t in zip(rows, turns, strict=True):
             row["matches_greedy"] = t.baseline is not None and t.spec.tokens == t.baseline.tokens
         lossless = all(r["matches_greedy"] for r in rows)
     settings = {

@@ -26,7 +26,7 @@ from ..tree import DraftTree, TreeShape, tree_attention
 
 class LMDrafter:
     feature_layers: tuple[LayerId, ...] = ()
-    max_depth = None
+    max_depth: int | None = None
 
     def __init__(self, model: Any, name: str = "draft_lm"):
         self.model = model.eval()
@@ -144,7 +144,7 @@ class LMDrafter:
                 cands, q[node] = self._children(
                     logits[node], max(ranks) + 1, shape.sampled, sampling, generator
                 )
-                for child, rank in zip(kids[node], ranks):
+                for child, rank in zip(kids[node], ranks, strict=True):
                     tokens[child] = cands[rank]
             if level + 1 == shape.depth:
                 break

@@ -21,7 +21,7 @@ from .base import refuse_sampled
 class NgramDrafter:
     name = "ngram"
     feature_layers: tuple[LayerId, ...] = ()
-    max_depth = None
+    max_depth: int | None = None
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         if not 1 <= min_ngram <= max_ngram:
