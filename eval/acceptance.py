@@ -176,23 +176,23 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
         raise ValueError("--check-lossless needs the plain-decoding baseline: drop --no-baseline")
     if args.num_prompts < 0 or args.max_new_tokens < 1:
         raise ValueError("--num-prompts must be >= 0 and --max-new-tokens >= 1")
-    if target is None:
-        device = torch.device(
-            ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-        )
-        target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)
-    if drafter is None:
-        drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min)
-    depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
-    shape = parse_tree(args.tree, depth)
-    decoder = SpeculativeDecoder(target, drafter, shape, sampling, args.acceptance)
-
+    parse_tree(args.tree, args.depth if args.depth is not None else 1)  # a bad --tree fails before loading
     convs = read_conversations(args.data, args.format)
     convs = [c for c in convs if prompt_turns(c)]
     if not convs:
         raise ValueError(f"--data {args.data}: no conversation with a user turn to use as a prompt")
     if args.num_prompts:
         convs = convs[: args.num_prompts]
+    if target is None:
+        device = torch.device(
+            ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+        )
+        target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)  # type: ignore[arg-type]
+    if drafter is None:
+        drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min)
+    depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
+    shape = parse_tree(args.tree, depth)
+    decoder = SpeculativeDecoder(target, drafter, shape, sampling, args.acceptance)
     max_pos = getattr(target.model.config, "max_position_embeddings", None)
     stop_ids = stop_token_ids(target)
     device = target.device

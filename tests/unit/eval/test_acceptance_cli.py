@@ -1,0 +1,130 @@
+"""`draftsmith eval` end to end on the tiny toy target: report, plot, gate, checkpoint eval.json, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftsmith.eval.acceptance import _messages_for_turn, main
+from draftsmith.models.checkpoint import save_drafter
+from draftsmith.models.medusa import MedusaConfig, MedusaHeads
+from draftsmith.models.target import FrozenTarget, TargetConfig
+
+REPO = Path(__file__).resolve().parents[3]
+REPORT_KEYS = {
+    "tau", "alpha", "acceptance_by_depth", "target_forwards", "new_tokens", "num_prompts", "per_prompt",
+    "wall_time_s", "tokens_per_s", "baseline_tokens_per_s", "speedup", "lossless", "settings",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def medusa_ckpt(tiny_toy_target, tmp_path_factory):
+    target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target)))
+    torch.manual_seed(0)
+    heads = MedusaHeads(MedusaConfig(num_heads=2), target.hidden_size, target.vocab_size)
+    heads.init_from_lm_head(target.lm_head.weight)
+    return save_drafter(tmp_path_factory.mktemp("medusa") / "final", heads, target.identity())
+
+
+def run_eval(tiny_toy_target, *args: str) -> int:
+    return main(["--target", str(tiny_toy_target), "--no-progress", "--max-new-tokens", "16", *args])
+
+
+def test_mt_bench_two_turns_report_plot_and_lossless_check(tiny_toy_target, shared_data, tmp_path, capsys):
+    report_path, plot = tmp_path / "r.json", tmp_path / "r.png"
+    code = run_eval(
+        tiny_toy_target, "--drafter", "ngram", "--data", str(shared_data / "mt_bench" / "question.jsonl"),
+        "--num-prompts", "2", "--check-lossless", "--report", str(report_path), "--plot", str(plot),
+    )  # fmt: skip
+    assert code == 0
+    report = json.loads(report_path.read_text())
+    assert REPORT_KEYS <= set(report)
+    assert report["num_prompts"] == 2 and report["num_turns"] == 4  # MT-bench items have two turns
+    assert [(r["id"], r["turn"]) for r in report["per_prompt"]] == [
+        ("81", 0),
+        ("81", 1),
+        ("82", 0),
+        ("82", 1),
+    ]
+    assert report["lossless"] is True and all(r["matches_greedy"] for r in report["per_prompt"])
+    assert report["target_forwards"] == report["verification_forwards"] + 4
+    assert report["settings"]["seed"] == 0 and report["settings"]["versions"]["torch"] == torch.__version__
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "| tau (tokens per verification forward) |" in out
+
+
+def test_second_turn_is_conditioned_on_the_models_own_first_answer():
+    prompt = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "q1"},
+        {"role": "user", "content": "q2"},
+    ]
+    assert _messages_for_turn(prompt, ["a1"]) == [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "q2"},
+    ]
+
+
+def test_gate_fails_with_status_3_and_checkpoint_gets_eval_json(tiny_toy_target, medusa_ckpt, capsys):
+    code = run_eval(
+        tiny_toy_target, "--drafter", str(medusa_ckpt), "--data", "stdlib:heldout", "--num-prompts", "2",
+        "--tree", "topk:2", "--save-eval", "--min-tau", "100", "--no-baseline",
+    )  # fmt: skip
+    assert code == 3
+    assert "gate failed: tau" in capsys.readouterr().err
+    saved = json.loads((medusa_ckpt / "eval.json").read_text())
+    assert saved["settings"]["tree"] == "topk:2" and saved["speedup"] is None
+    assert run_eval(tiny_toy_target, "--drafter", str(medusa_ckpt), "--data", "stdlib:heldout",
+                    "--num-prompts", "1", "--min-tau", "1.0", "--no-baseline") == 0  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--drafter", "/no/such/dir", "--data", "stdlib:heldout"], "is not a directory"),
+        (["--drafter", "ngram", "--data", "/no/such.jsonl"], "does not exist"),
+        (
+            ["--drafter", "ngram", "--data", "stdlib:heldout", "--temperature", "1", "--check-lossless"],
+            "greedy",
+        ),
+        (["--drafter", "ngram", "--data", "stdlib:heldout", "--tree", "beam:2"], "chain, topk:K"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(tiny_toy_target, args, message, capsys):
+    assert run_eval(tiny_toy_target, *args) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and message in errors[0]
+
+
+def test_medusa_depth_beyond_its_heads_and_foreign_tokenizer_are_refused(
+    tiny_toy_target, medusa_ckpt, toy_tokenizer, tmp_path, capsys
+):
+    assert (
+        run_eval(tiny_toy_target, "--drafter", str(medusa_ckpt), "--data", "stdlib:heldout", "--depth", "4")
+        == 1
+    )
+    assert "lower --depth to 2" in capsys.readouterr().err
+    from conftest import make_tiny_llama
+
+    make_tiny_llama(len(toy_tokenizer)).save_pretrained(tmp_path / "draft")
+    toy_tokenizer.save_pretrained(tmp_path / "draft")
+    assert run_eval(tiny_toy_target, "--drafter", str(tmp_path / "draft"), "--data", "stdlib:heldout") == 1
+    assert "different tokenizer" in capsys.readouterr().err
+
+
+def test_script_entry_point_runs_from_a_checkout():
+    out = subprocess.run(
+        [sys.executable, str(REPO / "eval" / "acceptance.py"), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "--min-tau" in out.stdout and "deployment gate" in out.stdout

@@ -1,0 +1,67 @@
+"""At T=1 with a deliberately poor drafter, speculative decoding samples exactly the target's distribution.
+
+Small-vocabulary random Llamas (V=5, logits sharpened so the distributions are far from uniform and far from
+each other): the joint distribution of the first 3 generated tokens (the prefill token and the tokens of the
+first depth-2 verification) over many seeds is compared with the target's exact distribution, computed by
+enumerating every prefix, with a chi-square test. The verification rules' own negative control (a biased
+rule is caught by the same statistic) is in test_verify.py.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from _chi2 import chi_square_pvalue
+from conftest import make_tiny_llama
+
+from draftsmith.eval.decoder import SpeculativeDecoder
+from draftsmith.eval.drafters import LMDrafter
+from draftsmith.eval.sampling import Sampling
+from draftsmith.eval.tree import parse_tree
+from draftsmith.models.target import FrozenTarget
+
+V = 5
+PROMPT = [1, 3, 0, 2]
+RUNS = 3000
+
+
+def sharp_llama(seed: int, scale: float):
+    model = make_tiny_llama(V, layers=2, hidden=32, seed=seed)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    model.generation_config.eos_token_id = None
+    return model
+
+
+@torch.no_grad()
+def exact_joint(model, prompt: list[int], sampling: Sampling) -> torch.Tensor:
+    """P(t1, t2, t3 | prompt) `[V, V, V]` by enumerating every prefix."""
+    p1 = sampling.probs(model(torch.tensor([prompt])).logits[0, -1])
+    firsts = torch.tensor([prompt + [a] for a in range(V)])
+    p2 = sampling.probs(model(firsts).logits[:, -1])  # [V, V]
+    seconds = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])
+    p3 = sampling.probs(model(seconds).logits[:, -1]).reshape(V, V, V)
+    return p1[:, None, None] * p2[:, :, None] * p3
+
+
+@pytest.mark.parametrize(
+    ("tree", "sampling"),
+    [("chain", Sampling(temperature=1.0)), ("topk:2", Sampling(temperature=0.8, top_p=0.9))],
+    ids=["chain-T1", "topk2-T0.8-topp0.9"],
+)
+def test_first_tokens_follow_the_target_distribution(tree, sampling):
+    target_model = sharp_llama(seed=0, scale=8.0)
+    draft_model = sharp_llama(seed=1, scale=8.0)  # an unrelated model: a poor drafter
+    target = FrozenTarget(target_model, types.SimpleNamespace(eos_token_id=None), "tiny-v5")
+    decoder = SpeculativeDecoder(target, LMDrafter(draft_model), parse_tree(tree, 2), sampling)
+    counts = torch.zeros(V, V, V)
+    rejected_at_1 = 0
+    for seed in range(RUNS):
+        out = decoder.generate(PROMPT, 4, torch.Generator().manual_seed(seed))
+        counts[tuple(out.tokens[:3])] += 1
+        rejected_at_1 += out.steps[0].accepted == 0
+    expected = exact_joint(target_model, PROMPT, sampling)
+    assert 0.1 * RUNS < rejected_at_1 < 0.9 * RUNS  # the draft really is poor, and sometimes right
+    assert chi_square_pvalue(counts, expected) > 1e-3
