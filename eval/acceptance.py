@@ -187,7 +187,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
         device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
         )
-        target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)  # type: ignore[arg-type]
+        target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)
     if drafter is None:
         drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min)
     depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
