@@ -2,10 +2,11 @@
 
     python -m draftsmith.scripts.bench_eval matrix   --target DIR --medusa CKPT --out DIR
     python -m draftsmith.scripts.bench_eval overhead --target DIR --medusa CKPT --out DIR
-    python -m draftsmith.scripts.bench_eval assisted --target DIR --out DIR
+    python -m draftsmith.scripts.bench_eval assisted --target DIR --draft DIR --out DIR
+    python -m draftsmith.scripts.bench_eval tables --out DIR      (Markdown tables of the three)
 
-matrix: tau and speedup for ngram, Medusa-1 and a 1-layer draft_lm (the target's first layer, embeddings,
-  norm and head copied: the "copied-layer" draft of transformers' assisted-generation demos) on held-out
+matrix: tau and speedup for ngram, Medusa-1 and a 1-layer draft_lm (--draft: the `small-draft1` toy preset, a
+  1-layer LM trained on the same corpus with the same tokenizer) on held-out
   standard-library prompts and on ../shared/data/eagle_eval_sets (8 prompts from each of its 5 files), at
   T=0 and T=1, depth 3 and 5, chain and topk:3 tree.
 overhead: the evaluator's mean time per verification step (target forward, verification, cache compaction,
@@ -13,7 +14,9 @@ overhead: the evaluator's mean time per verification step (target forward, verif
   over the same number of tokens with the same cache length, for a sample of the steps actually taken.
 assisted: tokens/s of draft_lm speculative decoding vs transformers' assisted generation
   (`generate(assistant_model=...)`, constant schedule, confidence stop off) with the same draft and K, and
-  vs plain greedy decoding, same prompts, same process, T=0.
+  vs plain greedy decoding, same prompts, same process, T=0; for the trained 1-layer draft (--draft) and
+  for the "copied-layer" draft of transformers' assisted-generation demos (the target's first layer,
+  embeddings, norm and head, untrained).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def draft_lm_dir(target: Any, out: Path) -> Path:
     """Save the 1-layer copied draft of `target` (with its tokenizer) under `out` once."""
     from draftsmith.models.draft_lm import draft_from_target
 
-    path = out / "draft_lm-1layer"
+    path = out / "draft_lm-copied-1layer"
     if not (path / "config.json").is_file():
         draft_from_target(target.model, 1).save_pretrained(path)
         target.tokenizer.save_pretrained(path)
@@ -67,9 +70,11 @@ def matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
     drafters = {
         "ngram": "ngram",
         "medusa-1": args.medusa,
-        "draft_lm-1layer": str(draft_lm_dir(target, args.out)),
+        "draft_lm-1layer": args.draft,
     }
     datasets = {"stdlib:heldout": "stdlib:heldout", "eagle_eval_sets": str(eagle_mix(args.out))}
+    if args.drafters:
+        drafters = {k: v for k, v in drafters.items() if k in args.drafters.split(",")}
     rows = []
     for data_name, data in datasets.items():
         for drafter_name, spec in drafters.items():
@@ -161,63 +166,123 @@ def assisted(args: argparse.Namespace) -> list[dict[str, Any]]:
     from draftsmith.models.conversations import prompt_turns, read_conversations
 
     target = _load(args.target)
-    draft = AutoModelForCausalLM.from_pretrained(draft_lm_dir(target, args.out)).eval()
     convs = read_conversations("stdlib:heldout", limit=args.num_prompts)
     prompts = [render_prompt(target.tokenizer, prompt_turns(c)[-1]) for c in convs]
+    drafts = {"trained-1layer": Path(args.draft), "copied-1layer": draft_lm_dir(target, args.out)}
     rows = []
-    for k in (3, 5):
-        cfg = draft.generation_config
-        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = k, "constant"
-        cfg.assistant_confidence_threshold = 0.0
-        decoder = SpeculativeDecoder(target, LMDrafter(draft), parse_tree("chain", k), Sampling())
-        totals = {"ours": [0, 0.0], "transformers_assisted": [0, 0.0], "plain_greedy": [0, 0.0]}
-        same = True
-        for i, prompt in enumerate(prompts):
-            ids = torch.tensor([prompt])
-            ours = decoder.generate(prompt, args.max_new_tokens)
-            t0 = time.perf_counter()
-            hf = target.model.generate(
-                ids, assistant_model=draft, max_new_tokens=args.max_new_tokens, do_sample=False
-            )
-            hf_s = time.perf_counter() - t0
-            plain = plain_decode(target, prompt, args.max_new_tokens, Sampling())
-            if i == 0:
-                continue  # warm-up
-            same &= hf[0, len(prompt) :].tolist() == ours.tokens == plain.tokens
-            for name, n, s in [
-                ("ours", len(ours.tokens), ours.wall_s),
-                ("transformers_assisted", hf.shape[1] - len(prompt), hf_s),
-                ("plain_greedy", len(plain.tokens), plain.wall_s),
-            ]:
-                totals[name][0] += n
-                totals[name][1] += s
-        tps = {name: n / s for name, (n, s) in totals.items()}
-        row = {
-            "K": k, **{f"{name}_tokens_per_s": v for name, v in tps.items()},
-            "ours_vs_assisted": tps["ours"] / tps["transformers_assisted"],
-            "assisted_vs_plain": tps["transformers_assisted"] / tps["plain_greedy"],
-            "ours_vs_plain": tps["ours"] / tps["plain_greedy"], "identical_outputs": same,
-        }  # fmt: skip
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+    for draft_name, draft_dir in drafts.items():
+        draft = AutoModelForCausalLM.from_pretrained(draft_dir).eval()
+        for k in (3, 5):
+            cfg = draft.generation_config
+            cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = k, "constant"
+            cfg.assistant_confidence_threshold = 0.0
+            decoder = SpeculativeDecoder(target, LMDrafter(draft), parse_tree("chain", k), Sampling())
+            totals = {"ours": [0, 0.0], "transformers_assisted": [0, 0.0], "plain_greedy": [0, 0.0]}
+            same, steps, step_tokens = True, 0, 0
+            for i, prompt in enumerate(prompts):
+                ids = torch.tensor([prompt])
+                ours = decoder.generate(prompt, args.max_new_tokens)
+                t0 = time.perf_counter()
+                hf = target.model.generate(
+                    ids, assistant_model=draft, max_new_tokens=args.max_new_tokens, do_sample=False
+                )
+                hf_s = time.perf_counter() - t0
+                plain = plain_decode(target, prompt, args.max_new_tokens, Sampling())
+                if i == 0:
+                    continue  # warm-up
+                same &= hf[0, len(prompt) :].tolist() == ours.tokens == plain.tokens
+                steps += len(ours.steps)
+                step_tokens += ours.step_tokens
+                for name, n, s in [
+                    ("ours", len(ours.tokens), ours.wall_s),
+                    ("transformers_assisted", hf.shape[1] - len(prompt), hf_s),
+                    ("plain_greedy", len(plain.tokens), plain.wall_s),
+                ]:
+                    totals[name][0] += n
+                    totals[name][1] += s
+            tps = {name: n / s for name, (n, s) in totals.items()}
+            row = {
+                "draft": draft_name, "K": k, "tau": step_tokens / steps,
+                **{f"{name}_tokens_per_s": v for name, v in tps.items()},
+                "ours_vs_assisted": tps["ours"] / tps["transformers_assisted"],
+                "assisted_vs_plain": tps["transformers_assisted"] / tps["plain_greedy"],
+                "ours_vs_plain": tps["ours"] / tps["plain_greedy"], "identical_outputs": same,
+            }  # fmt: skip
+            print(json.dumps(row), flush=True)
+            rows.append(row)
     return rows
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def tables(args: argparse.Namespace) -> None:
+    """Print the saved results as the Markdown tables of docs/BENCHMARKS.md."""
+    rows = json.loads((args.out / "matrix.json").read_text())
+    for data in dict.fromkeys(r["data"] for r in rows):
+        print(f"\n{data}: tau (speedup)\n")
+        cols = [(t, d, tree) for t in (0.0, 1.0) for d in (3, 5) for tree in ("chain", "topk:3")]
+        print("| drafter | " + " | ".join(f"T={t:g} d={d} {tree}" for t, d, tree in cols) + " |")
+        print("|---|" + "---|" * len(cols))
+        for drafter in dict.fromkeys(r["drafter"] for r in rows):
+            cells = []
+            for t, d, tree in cols:
+                (r,) = [
+                    r for r in rows
+                    if (r["data"], r["drafter"], r["T"], r["depth"], r["tree"]) == (data, drafter, t, d, tree)
+                ]  # fmt: skip
+                cells.append(f"{_f(r['tau'])} ({_f(r['speedup'])})")
+            print(f"| {drafter} | " + " | ".join(cells) + " |")
+    lossless = [r["lossless"] for r in rows if r["T"] == 0]
+    print(f"\nT=0 runs identical to plain greedy decoding: {sum(lossless)}/{len(lossless)}")
+    print(
+        "\n| drafter | tree | steps timed | tokens/step | evaluator step (ms) | bare forward (ms) | ratio |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in json.loads((args.out / "overhead.json").read_text()):
+        print(
+            f"| {r['drafter']} | {r['tree']} | {r['steps_timed']} | {_f(r['tokens_per_step'], 1)} | "
+            f"{_f(r['evaluator_step_ms'])} | {_f(r['bare_forward_ms'])} | {_f(r['ratio'], 3)} |"
+        )
+    print("\n| draft | K | tau | ours tok/s | transformers assisted tok/s | plain greedy tok/s | ours / assisted "
+          "| assisted / plain | ours / plain | same output |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in json.loads((args.out / "assisted.json").read_text()):
+        print(
+            f"| {r['draft']} | {r['K']} | {_f(r['tau'])} | {_f(r['ours_tokens_per_s'], 0)} | "
+            f"{_f(r['transformers_assisted_tokens_per_s'], 0)} | {_f(r['plain_greedy_tokens_per_s'], 0)} | "
+            f"{_f(r['ours_vs_assisted'])} | {_f(r['assisted_vs_plain'])} | {_f(r['ours_vs_plain'])} | "
+            f"{r['identical_outputs']} |"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=["matrix", "overhead", "assisted"])
-    parser.add_argument("--target", required=True, help="the toy target directory (small preset)")
+    parser.add_argument("what", choices=["matrix", "overhead", "assisted", "tables"])
+    parser.add_argument("--target", help="the toy target directory (small preset)")
     parser.add_argument("--medusa", help="a Medusa-1 checkpoint (final/) with >= 5 heads")
+    parser.add_argument("--draft", help="a draft LM directory (build-target --preset small-draft1)")
+    parser.add_argument("--drafters", help="matrix: only these drafters (comma-separated names)")
     parser.add_argument("--out", type=Path, required=True, help="where results and the draft go")
     parser.add_argument("--num-prompts", type=int, default=20)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.what == "tables":
+        tables(args)
+        return
+    if not args.target:
+        parser.error("--target is required")
     torch.manual_seed(0)
     rows = {"matrix": matrix, "overhead": overhead, "assisted": assisted}[args.what](args)
-    (args.out / f"{args.what}.json").write_text(json.dumps(rows, indent=2) + "\n")
+    path = args.out / f"{args.what}.json"
+    if args.what == "matrix" and args.drafters and path.is_file():  # replace only the re-measured rows
+        names = {r["drafter"] for r in rows}
+        rows = [r for r in json.loads(path.read_text()) if r["drafter"] not in names] + rows
+    path.write_text(json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

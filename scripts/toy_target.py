@@ -54,7 +54,7 @@ class ToyPreset:
     Attributes:
         vocab_size: BPE vocabulary size, special tokens and the 256 byte symbols included.
         hidden_size: model width.
-        num_layers: decoder layers; >= 8 so EAGLE-3's default taps (2, L//2, L-3) are distinct.
+        num_layers: decoder layers; >= 8 for targets, so EAGLE-3's default taps (2, L//2, L-3) are distinct.
         num_heads: attention heads (no grouped-query attention: the toy is small anyway).
         intermediate_size: SwiGLU MLP width.
         seq_len: tokens per packed training block.
@@ -115,6 +115,20 @@ PRESETS: dict[str, ToyPreset] = {
         vocab_size=2048,
         hidden_size=96,
         num_layers=8,
+        num_heads=4,
+        intermediate_size=288,
+        seq_len=256,
+        batch_size=4,
+        max_steps=2800,
+        lr=4e-3,
+        warmup_steps=150,
+    ),
+    # Not a target: a 1-layer LM trained like `small` on the same corpus, hence with the same tokenizer
+    # (BPE training depends only on the corpus and vocab_size), so it can draft for `small` (draft_lm).
+    "small-draft1": ToyPreset(
+        vocab_size=2048,
+        hidden_size=96,
+        num_layers=1,
         num_heads=4,
         intermediate_size=288,
         seq_len=256,

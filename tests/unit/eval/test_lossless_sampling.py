@@ -3,7 +3,8 @@
 Small-vocabulary random Llamas (V=5, logits sharpened so the distributions are far from uniform and far from
 each other): the joint distribution of the first 3 generated tokens (the prefill token and the tokens of the
 first depth-2 verification) over many seeds is compared with the target's exact distribution, computed by
-enumerating every prefix, with a chi-square test. The verification rules' own negative control (a biased
+enumerating every prefix, with a chi-square test: a sampled chain (Leviathan rule), a deterministic top-2
+tree (point-mass rule) and a tree of 2 sampled children per depth (SpecInfer rule). The verification rules' own negative control (a biased
 rule is caught by the same statistic) is in test_verify.py.
 """
 
@@ -48,8 +49,12 @@ def exact_joint(model, prompt: list[int], sampling: Sampling) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     ("tree", "sampling"),
-    [("chain", Sampling(temperature=1.0)), ("topk:2", Sampling(temperature=0.8, top_p=0.9))],
-    ids=["chain-T1", "topk2-T0.8-topp0.9"],
+    [
+        ("chain", Sampling(temperature=1.0)),
+        ("topk:2", Sampling(temperature=0.8, top_p=0.9)),
+        ("sample:2", Sampling(temperature=1.0, top_k=4)),
+    ],
+    ids=["chain-T1", "topk2-T0.8-topp0.9", "sample2-T1-topk4"],
 )
 def test_first_tokens_follow_the_target_distribution(tree, sampling):
     target_model = sharp_llama(seed=0, scale=8.0)
