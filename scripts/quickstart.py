@@ -78,7 +78,7 @@ def compare_drafters(target_dir: Path, medusa_dir: Path, num_prompts: int) -> No
     ]:
         eval_args = EvalArgs(
             target=str(target_dir), drafter=drafter, data="stdlib:heldout", num_prompts=num_prompts,
-            max_new_tokens=96, depth=3, tree=tree, check_lossless=True,
+            max_new_tokens=96, depth=3, tree=tree, check_lossless=True, progress=False,
         )  # fmt: skip
         report = evaluate(eval_args, target, load_drafter_spec(drafter, target))
         if drafter == str(medusa_dir) and tree == "chain":
