@@ -134,3 +134,12 @@ def test_draft_lm_accepted_counts_equal_transformers_assisted_generation(target,
         assert hf[0, len(prompt) :].tolist() == out.tokens
         total += sum(matches)
     assert total > 0  # the copied-layer draft does get tokens accepted: the comparison is not vacuous
+
+
+def test_typical_acceptance_runs_through_the_loop(target, prompts):
+    typical = SpeculativeDecoder(
+        target, make_drafter("medusa", target), parse_tree("topk:2", 3), Sampling(), "typical"
+    )
+    out = typical.generate(prompts[0], MAX_NEW)
+    assert 1 + out.step_tokens == len(out.tokens) <= MAX_NEW
+    assert all(s.committed <= s.accepted + 1 for s in out.steps)

@@ -140,6 +140,22 @@ def test_typical_acceptance_threshold_and_longest_path():
     assert verdict.token == 0  # greedy: argmax of the last accepted node's logits (uniform -> first)
 
 
+def test_typical_acceptance_accepts_at_least_what_greedy_accepts():
+    """Invariant: the target's argmax always passes the typical threshold (e^-H <= max p, so
+    0.3 e^-H < max p), hence on any tree the typical path is at least as long as the greedy one."""
+    g = torch.Generator().manual_seed(0)
+    parents = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 7]
+    longer = 0
+    for _ in range(300):
+        logits = torch.randn(len(parents), V, generator=g) * 3
+        tree = DraftTree(torch.randint(0, V, (len(parents),), generator=g), parents)
+        greedy = verify(tree, logits, Sampling())
+        typical = verify(tree, logits, Sampling(), acceptance="typical")
+        assert typical.accepted >= greedy.accepted
+        longer += typical.accepted > greedy.accepted
+    assert longer > 0  # and it is lossy: it accepts non-argmax tokens too
+
+
 def test_unknown_acceptance_rule_is_an_error():
     with pytest.raises(ValueError, match="exact"):
         verify(DraftTree(torch.tensor([0]), [-1]), torch.zeros(1, V), Sampling(), acceptance="fast")
