@@ -123,8 +123,9 @@ PRESETS: dict[str, ToyPreset] = {
         lr=4e-3,
         warmup_steps=150,
     ),
-    # Not a target: a 1-layer LM trained like `small` on the same corpus, hence with the same tokenizer
-    # (BPE training depends only on the corpus and vocab_size), so it can draft for `small` (draft_lm).
+    # A draft, not a target (see DRAFT_PRESETS): a 1-layer LM trained like `small` on the same corpus,
+    # hence with the same tokenizer (BPE training depends only on the corpus and vocab_size), so it can
+    # draft for `small` (draft_lm).
     "small-draft1": ToyPreset(
         vocab_size=2048,
         hidden_size=96,
@@ -138,6 +139,7 @@ PRESETS: dict[str, ToyPreset] = {
         warmup_steps=150,
     ),
 }
+DRAFT_PRESETS = frozenset({"small-draft1"})  # presets that train draft LMs for another preset, not targets
 
 
 @dataclass
