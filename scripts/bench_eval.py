@@ -40,6 +40,17 @@ def _load(target_dir: str) -> Any:
     return FrozenTarget.load(TargetConfig(path=target_dir))
 
 
+def _heldout_prompts(target: Any, n: int) -> list[list[int]]:
+    """The first `n` held-out standard-library conversations, rendered up to their user turn."""
+    from draftsmith.models.chat_render import render_prompt
+    from draftsmith.models.conversations import prompt_turns, read_conversations
+
+    return [
+        render_prompt(target.tokenizer, prompt_turns(c)[-1])
+        for c in read_conversations("stdlib:heldout", limit=n)
+    ]
+
+
 def draft_lm_dir(target: Any, out: Path) -> Path:
     """Save the 1-layer copied draft of `target` (with its tokenizer) under `out` once."""
     from draftsmith.models.draft_lm import draft_from_target
@@ -117,12 +128,9 @@ def overhead(args: argparse.Namespace) -> list[dict[str, Any]]:
     from draftsmith.eval.kv_cache import crop_to
     from draftsmith.eval.sampling import Sampling
     from draftsmith.eval.tree import parse_tree
-    from draftsmith.models.chat_render import render_prompt
-    from draftsmith.models.conversations import prompt_turns, read_conversations
 
     target = _load(args.target)
-    convs = read_conversations("stdlib:heldout", limit=args.num_prompts)
-    prompts = [render_prompt(target.tokenizer, prompt_turns(c)[-1]) for c in convs]
+    prompts = _heldout_prompts(target, args.num_prompts)
     rows = []
     for spec, tree in [("ngram", "chain"), (args.medusa, "chain"), (args.medusa, "topk:3")]:
         decoder = SpeculativeDecoder(target, load_drafter_spec(spec, target), parse_tree(tree, 3), Sampling())
@@ -162,12 +170,9 @@ def assisted(args: argparse.Namespace) -> list[dict[str, Any]]:
     from draftsmith.eval.drafters import LMDrafter
     from draftsmith.eval.sampling import Sampling
     from draftsmith.eval.tree import parse_tree
-    from draftsmith.models.chat_render import render_prompt
-    from draftsmith.models.conversations import prompt_turns, read_conversations
 
     target = _load(args.target)
-    convs = read_conversations("stdlib:heldout", limit=args.num_prompts)
-    prompts = [render_prompt(target.tokenizer, prompt_turns(c)[-1]) for c in convs]
+    prompts = _heldout_prompts(target, args.num_prompts)
     drafts = {"trained-1layer": Path(args.draft), "copied-1layer": draft_lm_dir(target, args.out)}
     rows = []
     for draft_name, draft_dir in drafts.items():

@@ -75,7 +75,10 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "data": (_data, "inspect how a recipe's data renders: trained tokens and statistics"),
     "train": (_train, "train a drafter: draftsmith train medusa --config recipes/medusa/toy.yaml ..."),
     "eval": (_eval, "measure a drafter by real speculative decoding: tau, speedup, --min-tau gate"),
-    "quickstart": (_quickstart, "build the small toy target if absent, train Medusa heads, report accuracy"),
+    "quickstart": (
+        _quickstart,
+        "build the small toy target if absent, train Medusa heads, measure tau vs ngram",
+    ),
 }
 
 

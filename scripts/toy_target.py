@@ -94,6 +94,19 @@ class ToyPreset:
 # Timings measured on 2 CPU cores (see docs/BENCHMARKS.md for the build table). A few minutes of CPU is a
 # step-limited budget: at equal tokens, batches of 4 x 256 reached a clearly lower loss than 8-16 x 256-512
 # (and 256-token blocks run ~1.4x faster per token than 512 on CPU), so both presets take many small steps.
+_SMALL = ToyPreset(
+    vocab_size=2048,
+    hidden_size=96,
+    num_layers=8,
+    num_heads=4,
+    intermediate_size=288,
+    seq_len=256,
+    batch_size=4,
+    max_steps=2800,
+    lr=4e-3,
+    warmup_steps=150,
+)
+
 PRESETS: dict[str, ToyPreset] = {
     # ~0.5M parameters, about a minute: end-to-end tests.
     "tiny": ToyPreset(
@@ -111,33 +124,11 @@ PRESETS: dict[str, ToyPreset] = {
     # ~1.2M parameters, about five minutes: quickstart and benchmarks. Compute-bound at ~3e13 FLOP, a
     # narrower model that sees ~2.9M tokens (about 3 epochs) beat a 3.2M-parameter one that saw 1.6M:
     # 1.53 vs 1.64 held-out bits per character, in 272 s vs 307 s (docs/BENCHMARKS.md).
-    "small": ToyPreset(
-        vocab_size=2048,
-        hidden_size=96,
-        num_layers=8,
-        num_heads=4,
-        intermediate_size=288,
-        seq_len=256,
-        batch_size=4,
-        max_steps=2800,
-        lr=4e-3,
-        warmup_steps=150,
-    ),
+    "small": _SMALL,
     # A draft, not a target (see DRAFT_PRESETS): a 1-layer LM trained like `small` on the same corpus,
     # hence with the same tokenizer (BPE training depends only on the corpus and vocab_size), so it can
     # draft for `small` (draft_lm).
-    "small-draft1": ToyPreset(
-        vocab_size=2048,
-        hidden_size=96,
-        num_layers=1,
-        num_heads=4,
-        intermediate_size=288,
-        seq_len=256,
-        batch_size=4,
-        max_steps=2800,
-        lr=4e-3,
-        warmup_steps=150,
-    ),
+    "small-draft1": dataclasses.replace(_SMALL, num_layers=1),
 }
 DRAFT_PRESETS = frozenset({"small-draft1"})  # presets that train draft LMs for another preset, not targets
 
