@@ -201,7 +201,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
         return torch.Generator(device).manual_seed(args.seed * 1_000_003 + index * 101 + turn)
 
     # Warm-up (not measured): allocator, kernels and lazy imports would otherwise bill the first prompt.
-    warm = render_prompt(target.tokenizer, prompt_turns(convs[0])[0], convs[0].tools)
+    warm = render_prompt(target.tokenizer, prompt_turns(convs[0])[0], convs[0].tools)[-64:]
     decoder.generate(warm, 8, generator(-1, 0))
     plain_decode(target, warm, 8, sampling, generator(-1, 0), stop_ids)
 
@@ -219,8 +219,12 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
                 )
                 break
             spec = decoder.generate(prompt, args.max_new_tokens, generator(index, k))
-            base = plain_decode(target, prompt, args.max_new_tokens, sampling, generator(index, k), stop_ids)
-            turns.append(TurnResult(item, k, len(prompt), spec, base if args.baseline else None))
+            base = (
+                plain_decode(target, prompt, args.max_new_tokens, sampling, generator(index, k), stop_ids)
+                if args.baseline
+                else None
+            )
+            turns.append(TurnResult(item, k, len(prompt), spec, base))
             text_ids = [t for t in spec.tokens if t not in stop_ids]
             answers.append(target.tokenizer.decode(text_ids, skip_special_tokens=True))
         running = summarize(turns)["tau"] if turns else None
