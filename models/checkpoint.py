@@ -80,9 +80,10 @@ def save_drafter(
         "kind": type(model).kind,  # type: ignore[attr-defined]
         "drafter": asdict(model.config),  # type: ignore[call-overload]
         "target": target_identity,
-        "feature_layers": list(type(model).feature_layers),  # type: ignore[attr-defined]
+        "feature_layers": list(model.feature_layers),  # type: ignore[arg-type]
         "hidden_size": target_identity["hidden_size"],
-        "draft_vocab_size": target_identity["vocab_size"],
+        "draft_vocab_size": int(getattr(model, "draft_vocab_size", target_identity["vocab_size"])),
+        **(model.extra_checkpoint_config() if hasattr(model, "extra_checkpoint_config") else {}),  # type: ignore[operator]
         **(extra or {}),
     }
     tmp = atomic_write_dir(out)
@@ -133,9 +134,17 @@ def load_drafter(
         raise ValueError(
             f"{ckpt_dir}: unknown {config['kind']} settings {sorted(unknown)} (newer draftsmith?)"
         )
-    model = cls(config_cls(**config["drafter"]), config["hidden_size"], config["draft_vocab_size"])
+    settings = config_cls(**config["drafter"])
+    if hasattr(
+        cls, "from_checkpoint_config"
+    ):  # drafters built from more than sizes (e.g. the target's layers)
+        model = cls.from_checkpoint_config(settings, config)
+    else:
+        model = cls(settings, config["hidden_size"], config["draft_vocab_size"])
     state = load_file(str(Path(ckpt_dir) / WEIGHTS_NAME))
     model.load_state_dict(state, strict=True)
+    if target is not None and hasattr(model, "attach_target"):  # frozen target parts are never saved
+        model.attach_target(target.embed_tokens, target.lm_head)
     return model.to(device).eval(), config
 
 

@@ -69,3 +69,77 @@ def medusa_loss(
             top1.append((hit[..., 0] & m).sum().float())
             top5.append((hit.any(-1) & m).sum().float())
     return torch.stack(sums), torch.stack(counts), {"top1": torch.stack(top1), "top5": torch.stack(top5)}
+
+
+def soft_cross_entropy(target_probs: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
+    """`-sum_v p(v) log q(v)` per position: the draft learns the target's distribution p (the target is the
+    FIRST argument; this is KL(p || q) up to p's entropy, i.e. forward KL, mode-covering)."""
+    return -(target_probs * torch.log_softmax(draft_logits.float(), dim=-1)).sum(-1)
+
+
+def eagle1_loss(
+    predicted: torch.Tensor,
+    features: torch.Tensor,
+    predicted_logits: torch.Tensor,
+    target_logits: torch.Tensor,
+    loss_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """EAGLE-1 losses (ALGORITHMS.md 3.3), as sums over the masked columns.
+
+    Args:
+        predicted: `[B, T, H]` f_hat; column t predicts f_{t+1}.
+        features: `[B, T, H]` the target's post-norm features f (the regression targets, shifted here).
+        predicted_logits: `[B, T, V]` lm_head(f_hat).
+        target_logits: `[B, T, V]` lm_head(f): column t+1 gives p(x_{t+2}), the soft label of column t.
+        loss_mask: `[B, T]` bool; column t uses the mask of token x_t and the last column is dropped,
+            reproducing the reference code (the first answer token is never a target, the two template
+            tokens after an answer are).
+
+    Returns:
+        `(sums [2] = (SmoothL1 averaged over H, soft CE), count [2], {"top1": [2]})` where top1 counts
+        argmax(q) == argmax(p) (the same value in both slots, so each term reports it).
+    """
+    m = loss_mask.clone()
+    m[:, -1] = False
+    m = m[:, :-1].float()
+    f_tgt = features[:, 1:].float()
+    reg = torch.nn.functional.smooth_l1_loss(predicted[:, :-1].float(), f_tgt, reduction="none").mean(-1)
+    p = torch.softmax(target_logits[:, 1:].float(), dim=-1)
+    cls = soft_cross_entropy(p, predicted_logits[:, :-1])
+    with torch.no_grad():
+        hit = (predicted_logits[:, :-1].argmax(-1) == target_logits[:, 1:].argmax(-1)).float()
+        top1 = (hit * m).sum()
+    n = m.sum()
+    return (
+        torch.stack([(reg * m).sum(), (cls * m).sum()]),
+        torch.stack([n, n]),
+        {"top1": torch.stack([top1, top1])},
+    )
+
+
+def eagle3_step_loss(
+    draft_logits: torch.Tensor, target_logits: torch.Tensor, loss_mask: torch.Tensor, t2d: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One EAGLE-3 TTT step (ALGORITHMS.md 5.2 and 13), as sums.
+
+    Args:
+        draft_logits: `[B, T, Vd]`.
+        target_logits: `[B, T, V]` already aligned with the step (column t = the target's distribution of the
+            token this step predicts).
+        loss_mask: `[B, T]` the step's (shifted) mask.
+        t2d: `[V]` bool, the draft vocabulary.
+
+    Returns:
+        `(loss sum, mask count, correct top-1 count)`. Positions whose target argmax is outside the draft
+        vocabulary are dropped from the loss but stay in the count (the reference divides by all positions
+        / by sum(mask)); p is renormalised over the draft vocabulary.
+    """
+    with torch.no_grad():
+        keep = t2d[target_logits.argmax(-1)]
+        m = loss_mask.float()
+        pm = m * keep.float()
+        p = torch.softmax(target_logits[..., t2d].float(), dim=-1)
+    ce = soft_cross_entropy(p, draft_logits)
+    with torch.no_grad():
+        hit = (draft_logits.argmax(-1) == p.argmax(-1)).float() * pm
+    return (ce * pm).sum(), m.sum(), hit.sum()

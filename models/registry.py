@@ -13,7 +13,11 @@ from typing import TypeVar
 T = TypeVar("T")
 
 _DRAFTERS: dict[str, type] = {}
-_BUILTIN_MODULES = {"medusa": "draftsmith.models.medusa"}  # kind -> module that registers it
+_BUILTIN_MODULES = {  # kind -> module that registers it
+    "medusa": "draftsmith.models.medusa",
+    "eagle": "draftsmith.models.eagle",
+    "eagle3": "draftsmith.models.eagle3",
+}
 
 
 def register_drafter(kind: str) -> Callable[[type[T]], type[T]]:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from draftsmith.models.errors import run_main
 
-TRAIN_METHODS: dict[str, str] = {"medusa": "draftsmith.train.medusa"}
+TRAIN_METHODS: dict[str, str] = {"medusa": "draftsmith.train.medusa", "eagle": "draftsmith.train.eagle"}
 
 
 def _train(argv: Sequence[str]) -> int:

@@ -6,12 +6,13 @@ from importlib.resources import files
 from pathlib import Path
 
 from draftsmith.train.core.config import load_config
+from draftsmith.train.eagle import EagleRecipe
 from draftsmith.train.medusa import MedusaRecipe
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPE_CLASSES = {"medusa": MedusaRecipe}
+RECIPE_CLASSES = {"medusa": MedusaRecipe, "eagle": EagleRecipe}
 # Update when adding a recipe: a glob that silently finds fewer files than exist must fail.
-EXPECTED_RECIPES = 2
+EXPECTED_RECIPES = 6
 
 
 def test_every_recipe_parses():

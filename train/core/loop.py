@@ -178,7 +178,13 @@ def evaluate(
         counts = method.token_counts(batch).to(sums.device)
         window.add(sums * w, counts * w, {k: v * w for k, v in metrics.items()})
     model.train()
-    return window.reduce(accelerator, "eval")
+    return with_derived(method, window.reduce(accelerator, "eval"), "eval")
+
+
+def with_derived(method: Method, record: dict[str, float], prefix: str) -> dict[str, float]:
+    """`record` plus the method's derived metrics (e.g. EAGLE's simulated tau), when it defines any."""
+    derive = getattr(method, "derived_metrics", None)
+    return {**record, **derive(record, prefix)} if derive is not None and record else record
 
 
 def run_training(
@@ -301,7 +307,7 @@ def run_training(
         if step % log.every == 0 or step == total_steps:
             elapsed = time.perf_counter() - t_window
             tokens = float(accelerator.reduce(tokens_window, "sum"))
-            last_train = window.reduce(accelerator, "train")
+            last_train = with_derived(method, window.reduce(accelerator, "train"), "train")
             last_train["perf/tokens_per_s"] = tokens / max(elapsed, 1e-9)
             last_train["train/epoch"] = step / schedule.steps_per_epoch
             metrics_log.write(step, last_train)

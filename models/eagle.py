@@ -1,0 +1,240 @@
+"""EAGLE-1 (Li et al. 2024; SafeAILab/EAGLE), per ALGORITHMS.md sections 1.2, 1.3 and 3, plus what EAGLE-1 and
+EAGLE-3 share: the config, and the draft decoder layer built from the target's own classes.
+
+EAGLE-1 autoregresses on the target's post-norm last hidden state ("final"). At column t it reads the pair
+(f_t, x_{t+1}) and predicts the feature f_{t+1}; the frozen target LM head turns that into a distribution over
+x_{t+2}:
+
+    x = fc(cat(embed(x_{t+1}), f_t))           embedding FIRST, Linear(2H, H, bias per config)
+    x = x + attn(x)                            layer 0 has NO input norm: fc output goes straight in
+    f_hat = x + mlp(post_attention_norm(x))    no final norm; logits = target_lm_head(f_hat)
+
+The embedding and LM head are the target's, frozen, and never saved with the drafter. The attention, MLP and
+norms are modules of the target's own decoder-layer class (never a copied modeling file), driven here with
+4D masks and rotary embeddings from the target's own rotary class.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from .registry import register_drafter
+
+
+@dataclass
+class EagleConfig:
+    """EAGLE drafter hyper-parameters (the `draft:` section of recipes/eagle/*.yaml)."""
+
+    version: Literal[1, 3] = field(default=3, metadata={"help": "1 = EAGLE-1 (features), 3 = EAGLE-3 (TTT)."})
+    feature_layers: list[int] | None = field(
+        default=None,
+        metadata={"help": "EAGLE-3: canonical ids of the 3 pre-norm target layers (default 2, L//2, L-3)."},
+    )
+    draft_vocab_size: int = field(
+        default=0,
+        metadata={"help": "EAGLE-3: draft vocabulary (most frequent assistant tokens); 0 = the target's."},
+    )
+    ttt_steps: int = field(default=7, metadata={"help": "EAGLE-3: training-time-test steps unrolled."})
+    step_decay: float = field(
+        default=0.8, metadata={"help": "EAGLE-3: loss weight of TTT step s is decay**s."}
+    )
+    fc_bias: bool = field(
+        default=True, metadata={"help": "EAGLE-1: bias of fc (Vicuna configs true, Llama-3 false)."}
+    )
+    noise: Literal["uniform", "none"] = field(
+        default="uniform", metadata={"help": "EAGLE-1: noise on the input features during training."}
+    )
+    noise_std: float = field(
+        default=0.2,
+        metadata={
+            "help": "EAGLE-1: noise (U[0,1) - 0.5) * std * 512 / T, as the reference code (T = length)."
+        },
+    )
+    reg_weight: float = field(default=1.0, metadata={"help": "EAGLE-1: weight of the SmoothL1 feature loss."})
+    cls_weight: float = field(default=0.1, metadata={"help": "EAGLE-1: weight of the soft cross-entropy."})
+
+    def __post_init__(self) -> None:
+        if self.version not in (1, 3):
+            raise ValueError(f"draft.version must be 1 (EAGLE-1) or 3 (EAGLE-3), got {self.version!r}")
+        if self.ttt_steps < 1:
+            raise ValueError(f"draft.ttt_steps must be >= 1, got {self.ttt_steps}")
+        if self.feature_layers is not None and len(self.feature_layers) != 3:
+            raise ValueError(
+                f"draft.feature_layers needs 3 layer ids (low, mid, high), got {self.feature_layers}"
+            )
+        if self.draft_vocab_size < 0:
+            raise ValueError(
+                f"draft.draft_vocab_size must be >= 0 (0 = full vocabulary), got {self.draft_vocab_size}"
+            )
+
+
+def target_classes(target_config: Any) -> tuple[type, type]:
+    """The target architecture's decoder-layer and rotary-embedding classes, found by building the model on
+    the meta device (no memory, no weights) from its config."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(target_config)
+    decoder = model.get_decoder()
+    return type(decoder.layers[0]), type(decoder.rotary_emb)
+
+
+def draft_layer_config(target_config: Any) -> Any:
+    """The target's config cut to one layer, with an attention implementation that takes 4D masks."""
+    config = copy.deepcopy(
+        target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
+    )
+    config.num_hidden_layers = 1
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = config.layer_types[:1]
+    config._attn_implementation = "sdpa"
+    return config
+
+
+def causal_mask(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Additive causal mask `[1, 1, T, T]` (0 where allowed, dtype min elsewhere)."""
+    mask = torch.full((length, length), torch.finfo(dtype).min, dtype=dtype, device=device)
+    return torch.triu(mask, diagonal=1)[None, None]
+
+
+class DraftLayer(nn.Module):
+    """One decoder layer of the target's class, run without its input norm:
+    `x = residual + attn(u); out = x + mlp(post_norm(x))`, where `u` is what the caller feeds attention
+    (EAGLE-1: the fc output itself; EAGLE-3: cat(norm(embedding), norm(hidden)), 2H wide)."""
+
+    def __init__(self, target_config: Any, attn_in_features: int | None = None):
+        super().__init__()
+        self.config = draft_layer_config(target_config)
+        layer_cls, rotary_cls = target_classes(self.config)
+        layer = layer_cls(self.config, layer_idx=0)
+        self.self_attn = layer.self_attn
+        self.mlp = layer.mlp
+        self.post_attention_layernorm = layer.post_attention_layernorm
+        self.norm_class = type(layer.post_attention_layernorm)  # the target's RMSNorm, for EAGLE-3's norms
+        self.rotary_emb = rotary_cls(config=self.config)
+        if attn_in_features is not None:  # EAGLE-3: q/k/v read the 2H concatenation
+            for name in ("q_proj", "k_proj", "v_proj"):
+                old = getattr(self.self_attn, name)
+                setattr(
+                    self.self_attn,
+                    name,
+                    nn.Linear(attn_in_features, old.out_features, bias=old.bias is not None),
+                )
+
+    def forward(
+        self,
+        residual: torch.Tensor,
+        attn_input: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        past_key_values: Any = None,
+    ) -> torch.Tensor:
+        position_embeddings = self.rotary_emb(residual, position_ids)
+        h, _ = self.self_attn(
+            hidden_states=attn_input,
+            position_embeddings=position_embeddings,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+        )
+        x = residual + h
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class FrozenParts:
+    """The target's embedding and LM head as the drafter uses them: frozen, shared, not saved, and not
+    registered as submodules (so the drafter's state dict and optimizer never see them)."""
+
+    def __init__(self, embed_tokens: nn.Module, lm_head: nn.Module):
+        self.embed_tokens = embed_tokens
+        self.lm_head = lm_head
+
+
+class _EagleBase(nn.Module):
+    config: EagleConfig
+    target_config: Any  # the target's transformers config
+    frozen: FrozenParts | None
+
+    def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module) -> None:
+        """Use the target's (frozen) embedding and LM head."""
+        self.frozen = FrozenParts(embed_tokens, lm_head)
+
+    def _parts(self) -> FrozenParts:
+        if self.frozen is None:
+            raise RuntimeError("attach_target(embed_tokens, lm_head) must be called before the forward")
+        return self.frozen
+
+    def extra_checkpoint_config(self) -> dict[str, Any]:
+        return {"target_config": self.target_config.to_dict()}
+
+    @classmethod
+    def from_checkpoint_config(cls, drafter_config: EagleConfig, saved: dict[str, Any]) -> _EagleBase:
+        from transformers import AutoConfig
+
+        raw = dict(saved["target_config"])
+        target_config = AutoConfig.for_model(raw.pop("model_type"), **raw)
+        return cls(drafter_config, target_config, int(saved["draft_vocab_size"]))
+
+
+@register_drafter("eagle")
+class Eagle1Draft(_EagleBase):
+    """EAGLE-1 drafter.
+
+    Args:
+        config: hyper-parameters (`version` must be 1).
+        target_config: the target's transformers config (layer shape, rotary settings).
+        vocab_size: the target's vocabulary size (EAGLE-1 uses the target's LM head, so the full vocabulary).
+    """
+
+    feature_layers = ("final",)
+
+    def __init__(self, config: EagleConfig, target_config: Any, vocab_size: int):
+        super().__init__()
+        if config.version != 1:
+            raise ValueError(f"Eagle1Draft needs draft.version=1, got {config.version}")
+        self.config = config
+        self.target_config = target_config
+        self.hidden_size = int(target_config.hidden_size)
+        self.vocab_size = vocab_size
+        self.fc = nn.Linear(2 * self.hidden_size, self.hidden_size, bias=config.fc_bias)
+        self.layer = DraftLayer(target_config)
+        self.frozen = None
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        next_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Any = None,
+    ) -> torch.Tensor:
+        """Predicted features `[B, T, H]`: column t reads (f_t, x_{t+1}) and predicts f_{t+1}.
+
+        Without `attention_mask` the columns attend causally among themselves (training); with a cache,
+        pass the positions and the 4D mask of the new columns.
+        """
+        emb = self._parts().embed_tokens(next_ids).to(features.dtype)
+        x = self.fc(torch.cat([emb, features], dim=-1))
+        T = x.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(T, device=x.device)[None]
+        if attention_mask is None:
+            attention_mask = causal_mask(T, x.dtype, x.device)
+        return self.layer(x, x, position_ids, attention_mask, past_key_values)
+
+    def logits(self, predicted: torch.Tensor) -> torch.Tensor:
+        """Target-vocabulary logits of predicted features, through the frozen target LM head."""
+        return self._parts().lm_head(predicted)
+
+    def input_noise(self, features: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """EAGLE-1's uniform noise on the INPUT features: (U[0,1) - 0.5) * std * 512 / T (T = sequence length,
+        as in the reference code; equal to the paper's U(-0.1, 0.1) at T = 512)."""
+        if self.config.noise == "none" or not self.training:
+            return features
+        T = features.shape[1]
+        u = torch.rand(features.shape, generator=generator, device=features.device, dtype=features.dtype)
+        return features + (u - 0.5) * self.config.noise_std * 512 / T

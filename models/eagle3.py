@@ -1,0 +1,166 @@
+"""EAGLE-3 (Li et al. 2025; SafeAILab/EAGLE traineagle3), per ALGORITHMS.md sections 1.2, 1.3, 5 and 11.
+
+Inputs: g_t = cat of the target's PRE-norm residual streams at three canonical layer ids (low, mid, high;
+default 2, L//2, L-3), projected by fc = Linear(3H, H, bias=False). One decoder step:
+
+    u  = cat(norm_in(embed(x)), norm_h(a))        embedding FIRST; q/k/v read the 2H concatenation
+    a' = a + attn(u)                              the residual is a (fc(g) at step 0, else the draft's output)
+    a  = a' + mlp(post_norm(a'))
+    logits = lm_head_d(norm_final(a))             own head over the reduced draft vocabulary, random init
+
+Reduced vocabulary: the `draft_vocab_size` most frequent assistant tokens of the training data;
+`d2t[i] = used[i] - i` (an OFFSET: target id = i + d2t[i]) and `t2d` a bool mask over the target vocabulary.
+
+Training-time test (section 5.2): S steps unrolled; at step s column t holds the draft state standing for
+position t+s+1, RoPE position t+s, and attends to step-0 keys at columns <= t plus, for every later step,
+ONLY its own column: exactly the mask of a chain of drafts at inference. The keys of all steps go through a
+transformers cache, so the target's own attention runs the pattern with an ordinary 4D mask.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from .eagle import DraftLayer, EagleConfig, _EagleBase
+from .registry import register_drafter
+
+
+def default_feature_layers(num_layers: int) -> list[int]:
+    """EAGLE-3's canonical taps: inputs of layers 2, L//2 and L-3 (for L=32: 2, 16, 29)."""
+    ids = [2, num_layers // 2, num_layers - 3]
+    if not 0 < ids[0] < ids[1] < ids[2] <= num_layers:
+        raise ValueError(
+            f"a {num_layers}-layer target has no distinct EAGLE-3 taps 2 < L//2 < L-3; set draft.feature_layers"
+        )
+    return ids
+
+
+def build_vocab_map(counts: torch.Tensor, draft_vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(d2t [Vd] long offsets, t2d [V] bool)` from assistant-token counts `[V]` (ties: lower id first)."""
+    V = counts.shape[0]
+    if not 0 < draft_vocab_size <= V:
+        raise ValueError(f"draft_vocab_size must be in 1..{V}, got {draft_vocab_size}")
+    order = sorted(range(V), key=lambda v: (-int(counts[v]), v))[:draft_vocab_size]
+    used = torch.tensor(sorted(order), dtype=torch.long)
+    d2t = used - torch.arange(draft_vocab_size)
+    t2d = torch.zeros(V, dtype=torch.bool)
+    t2d[used] = True
+    return d2t, t2d
+
+
+def ttt_mask(length: int, step: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The TTT attention mask of step `step` (0-based): `[1, 1, T, (step+1)*T]`, additive.
+
+    Keys are the cached steps in order: step 0 causal (column t sees columns <= t), every later step its
+    diagonal only (column t sees column t).
+    """
+    neg = torch.finfo(dtype).min
+    causal = torch.triu(torch.full((length, length), neg, dtype=dtype, device=device), diagonal=1)
+    diag = torch.full((length, length), neg, dtype=dtype, device=device)
+    diag.fill_diagonal_(0)
+    return torch.cat([causal] + [diag] * step, dim=1)[None, None]
+
+
+def shift_left(x: torch.Tensor) -> torch.Tensor:
+    """x[:, t] <- x[:, t+1], last column zero (the reference code's shift)."""
+    return torch.cat([x[:, 1:], torch.zeros_like(x[:, :1])], dim=1)
+
+
+@register_drafter("eagle3")
+class Eagle3Draft(_EagleBase):
+    """EAGLE-3 drafter.
+
+    Args:
+        config: hyper-parameters (`version` must be 3).
+        target_config: the target's transformers config.
+        draft_vocab_size: size of the reduced vocabulary (the target's vocabulary size for none).
+    """
+
+    d2t: torch.Tensor
+    t2d: torch.Tensor
+
+    def __init__(self, config: EagleConfig, target_config: Any, draft_vocab_size: int):
+        super().__init__()
+        if config.version != 3:
+            raise ValueError(f"Eagle3Draft needs draft.version=3, got {config.version}")
+        self.config = config
+        self.target_config = target_config
+        H = int(target_config.hidden_size)
+        self.hidden_size = H
+        self.vocab_size = int(target_config.vocab_size)
+        self.draft_vocab_size = draft_vocab_size
+        layers = config.feature_layers or default_feature_layers(int(target_config.num_hidden_layers))
+        self.feature_layers = tuple(int(i) for i in layers)
+        self.fc = nn.Linear(3 * H, H, bias=False)
+        self.layer = DraftLayer(target_config, attn_in_features=2 * H)
+        eps = float(getattr(target_config, "rms_norm_eps", 1e-6))
+        self.norm_in = self.layer.norm_class(H, eps=eps)
+        self.norm_hidden = self.layer.norm_class(H, eps=eps)
+        self.norm_final = self.layer.norm_class(H, eps=eps)
+        self.lm_head_d = nn.Linear(H, draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.long))
+        self.register_buffer(
+            "t2d",
+            torch.ones(self.vocab_size, dtype=torch.bool)
+            if draft_vocab_size == self.vocab_size
+            else torch.zeros(self.vocab_size, dtype=torch.bool),
+        )
+        self.frozen = None
+
+    def set_vocab_map(self, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
+        if (
+            d2t.shape != self.d2t.shape
+            or t2d.shape != self.t2d.shape
+            or int(t2d.sum()) != self.draft_vocab_size
+        ):
+            raise ValueError("vocab map shapes do not match draft_vocab_size / the target vocabulary")
+        self.d2t.copy_(d2t)
+        self.t2d.copy_(t2d)
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary ids -> target ids (`i + d2t[i]`)."""
+        return draft_ids + self.d2t[draft_ids]
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """fc over the concatenated target layers `[.., 3H] -> [.., H]`."""
+        return self.fc(features)
+
+    def step(
+        self,
+        hidden: torch.Tensor,
+        ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        past_key_values: Any,
+    ) -> torch.Tensor:
+        """One draft step: `hidden [B, T, H]` (fc(g) or the previous output), token ids `[B, T]` -> new hidden."""
+        emb = self._parts().embed_tokens(ids).to(hidden.dtype)
+        u = torch.cat([self.norm_in(emb), self.norm_hidden(hidden)], dim=-1)
+        return self.layer(hidden, u, position_ids, attention_mask, past_key_values)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits `[.., Vd]`."""
+        return self.lm_head_d(self.norm_final(hidden))
+
+    def unroll(self, features: torch.Tensor, input_ids: torch.Tensor) -> list[torch.Tensor]:
+        """Training-time test: the draft logits `[B, T, Vd]` of every step s = 0..S-1.
+
+        At step s, column t predicts x_{t+s+2} from the real prefix up to x_{t+1} and the draft's own s
+        earlier outputs for that column (ALGORITHMS.md 1.3 / 5.2).
+        """
+        B, T = input_ids.shape
+        hidden = self.project(features)
+        ids = shift_left(input_ids)
+        cache = DynamicCache()
+        positions = torch.arange(T, device=hidden.device)[None]
+        out = []
+        for s in range(self.config.ttt_steps):
+            mask = ttt_mask(T, s, hidden.dtype, hidden.device)
+            hidden = self.step(hidden, ids, positions + s, mask, cache)
+            out.append(self.logits(hidden))
+            ids = shift_left(ids)
+        return out
