@@ -246,7 +246,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
     settings = {
         **{k: v for k, v in asdict(args).items() if k != "progress"},
         "depth": depth,
-        "tree_nodes": len(shape.paths) + 1,
+        "max_draft_tokens": shape.num_draft,
         "drafter_kind": getattr(drafter, "name", type(drafter).__name__),
         "target_identity": target.identity(),
         "versions": _versions(device),

@@ -10,10 +10,13 @@ i_2-th ranked child of that node, and so on (0-based ranks). Shapes on the comma
     sample:K    the same shape, but the K alternatives are K independent samples from the drafter's
                 distribution (LM drafters at temperature > 0; verified with the SpecInfer rule)
     paths:FILE  a JSON list of rank paths, e.g. a Medusa tree; must contain every prefix of every path
+    dynamic:K:N EAGLE-2's dynamic tree (ALGORITHMS.md section 4): top-K expansion of the K best nodes per
+                depth, then the N best of all candidates by cumulative draft log-probability (EAGLE drafters)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,14 +37,32 @@ class TreeShape:
     paths: tuple[tuple[int, ...], ...]
     sampled: bool = False
     name: str = "chain"
+    dynamic_topk: int = 0  # > 0: an EAGLE-2 dynamic tree (no static paths)
+    dynamic_tokens: int = 0  # its draft-token budget N
+    dynamic_depth: int = 0
+
+    @property
+    def dynamic(self) -> bool:
+        return self.dynamic_topk > 0
 
     @property
     def depth(self) -> int:
+        if self.dynamic:
+            return self.dynamic_depth
         return max((len(p) for p in self.paths), default=0)
 
     @property
+    def num_draft(self) -> int:
+        """Draft tokens per step at most."""
+        return (
+            min(self.dynamic_tokens, self.dynamic_topk * self.dynamic_depth)
+            if self.dynamic
+            else len(self.paths)
+        )
+
+    @property
     def is_chain(self) -> bool:
-        return all(p == (0,) * len(p) for p in self.paths)
+        return not self.dynamic and all(p == (0,) * len(p) for p in self.paths)
 
     def parents(self) -> list[int]:
         """Parent node index of every node (root = node 0 has parent -1)."""
@@ -54,7 +75,11 @@ class TreeShape:
 
     def truncated(self, depth: int) -> TreeShape:
         """The same shape without nodes deeper than `depth`."""
-        return TreeShape(tuple(p for p in self.paths if len(p) <= depth), self.sampled, self.name)
+        return dataclasses.replace(
+            self,
+            paths=tuple(p for p in self.paths if len(p) <= depth),
+            dynamic_depth=min(self.dynamic_depth, depth),
+        )
 
 
 def chain_shape(depth: int) -> TreeShape:
@@ -83,7 +108,17 @@ def parse_tree(spec: str, depth: int) -> TreeShape:
         return TreeShape(_sorted(paths), kind == "sample", spec)
     if kind == "paths":
         return TreeShape(read_paths(Path(arg)), False, spec).truncated(depth)
-    raise ValueError(f"--tree {spec!r} is not known; use chain, topk:K, sample:K or paths:FILE")
+    if kind == "dynamic":
+        try:
+            k, n = (int(x) for x in arg.split(":"))
+        except ValueError:
+            k = n = 0
+        if k < 1 or n < 1:
+            raise ValueError(
+                f"--tree {spec!r}: expected dynamic:K:N with integers K, N >= 1, e.g. dynamic:4:16"
+            )
+        return TreeShape((), False, spec, dynamic_topk=k, dynamic_tokens=n, dynamic_depth=depth)
+    raise ValueError(f"--tree {spec!r} is not known; use chain, topk:K, sample:K, paths:FILE or dynamic:K:N")
 
 
 def read_paths(path: Path) -> tuple[tuple[int, ...], ...]:

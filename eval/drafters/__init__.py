@@ -17,12 +17,13 @@ from draftsmith.models.target import FrozenTarget, tokenizer_fingerprint
 
 from .base import Drafter
 from .draft_lm import LMDrafter
+from .eagle import EagleDrafter
 from .medusa import MedusaDrafter
 from .ngram import NgramDrafter
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Drafter", "LMDrafter", "MedusaDrafter", "NgramDrafter", "load_drafter_spec"]
+__all__ = ["Drafter", "EagleDrafter", "LMDrafter", "MedusaDrafter", "NgramDrafter", "load_drafter_spec"]
 
 
 def load_drafter_spec(spec: str, target: FrozenTarget, ngram_max: int = 3, ngram_min: int = 1) -> Drafter:
@@ -53,7 +54,9 @@ def _draftsmith_checkpoint(path: Path, target: FrozenTarget) -> Drafter:
     model, config = load_drafter(path, target, device=target.device)
     model = model.to(target.model.dtype)
     if config["kind"] == "medusa":
-        return MedusaDrafter(model)
+        return MedusaDrafter(model)  # type: ignore[arg-type]
+    if config["kind"] in ("eagle", "eagle3"):
+        return EagleDrafter(model)  # type: ignore[arg-type]
     raise ValueError(
         f"{path}: drafter kind {config['kind']!r} has no evaluator support in this draftsmith version"
     )

@@ -45,6 +45,14 @@ def check_depth(drafter: Drafter, shape: TreeShape) -> None:
         )
 
 
+def refuse_dynamic(drafter: Drafter, shape: TreeShape) -> None:
+    if shape.dynamic:
+        raise ValueError(
+            f"--tree {shape.name}: dynamic trees rank candidates by the draft's own confidence along a path, "
+            f"which the {drafter.name!r} drafter does not have; use an EAGLE drafter, or topk:K / paths:FILE"
+        )
+
+
 def refuse_sampled(drafter: Drafter, shape: TreeShape) -> None:
     if shape.sampled:
         raise ValueError(

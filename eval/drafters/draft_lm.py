@@ -22,6 +22,7 @@ from draftsmith.models.target import LayerId
 from ..kv_cache import crop_to
 from ..sampling import Sampling, sample
 from ..tree import DraftTree, TreeShape, tree_attention
+from .base import refuse_dynamic
 
 
 class LMDrafter:
@@ -93,6 +94,7 @@ class LMDrafter:
     def propose(
         self, context: list[int], shape: TreeShape, sampling: Sampling, generator: torch.Generator | None
     ) -> DraftTree:
+        refuse_dynamic(self, shape)
         root_logits = self._sync(context)
         if shape.depth == 0:
             return DraftTree(torch.tensor([context[-1]]), [-1])

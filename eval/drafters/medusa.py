@@ -15,7 +15,7 @@ from draftsmith.models.target import LayerId
 
 from ..sampling import Sampling
 from ..tree import DraftTree, TreeShape
-from .base import check_depth, refuse_sampled
+from .base import check_depth, refuse_dynamic, refuse_sampled
 
 
 class MedusaDrafter:
@@ -38,6 +38,7 @@ class MedusaDrafter:
         self, context: list[int], shape: TreeShape, sampling: Sampling, generator: torch.Generator | None
     ) -> DraftTree:
         refuse_sampled(self, shape)
+        refuse_dynamic(self, shape)
         check_depth(self, shape)
         if self.feature is None:
             raise RuntimeError("MedusaDrafter.propose called before observe(): the loop must prefill first")

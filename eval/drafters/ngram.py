@@ -15,7 +15,7 @@ from draftsmith.models.target import LayerId
 
 from ..sampling import Sampling
 from ..tree import DraftTree, TreeShape
-from .base import refuse_sampled
+from .base import refuse_dynamic, refuse_sampled
 
 
 class NgramDrafter:
@@ -56,6 +56,7 @@ class NgramDrafter:
         self, context: list[int], shape: TreeShape, sampling: Sampling, generator: torch.Generator | None
     ) -> DraftTree:
         refuse_sampled(self, shape)
+        refuse_dynamic(self, shape)
         tokens, parents = [context[-1]], [-1]
         children: dict[tuple[int, int], int] = {}  # (parent node, token) -> node: the trie
         for cont in self.continuations(context, shape.depth, shape.max_rank()):

@@ -1,0 +1,196 @@
+"""EAGLE-1 and EAGLE-3 as drafters: chains, static trees and EAGLE-2 dynamic trees (ALGORITHMS.md 3.6, 4, 5.4).
+
+The draft's KV cache holds one entry per REAL pair (target feature of position j, committed token j+1),
+like the reference code's `stable_kv`: after every verification the target features of the newly committed
+positions are fed back in one forward, and entries made while drafting are cropped away. Drafting then
+feeds the draft's own outputs (EAGLE-1: the predicted feature; EAGLE-3: the pre-norm state `a`, no fc) with
+the drafted tokens, at position prefix + depth - 1, each node attending to the real prefix and its own
+ancestors (the pattern EAGLE-3's training-time test trains for).
+
+Candidates are the draft's top-ranked tokens, deterministic even at T > 0, so verification uses the
+point-mass rule (9.4b). EAGLE-3's reduced vocabulary is mapped back with `id + d2t[id]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from draftsmith.models.eagle import Eagle1Draft
+from draftsmith.models.eagle3 import Eagle3Draft
+from draftsmith.models.target import LayerId
+
+from ..kv_cache import crop_to
+from ..sampling import Sampling
+from ..tree import DraftTree, TreeShape, tree_attention
+from .base import refuse_sampled
+
+
+class EagleDrafter:
+    max_depth: int | None = None
+
+    def __init__(self, draft: Eagle1Draft | Eagle3Draft):
+        self.draft = draft.eval()
+        self.v3 = isinstance(draft, Eagle3Draft)
+        self.name = "eagle3" if self.v3 else "eagle"
+        self.feature_layers: tuple[LayerId, ...] = tuple(draft.feature_layers)
+        self.cache = DynamicCache()
+        self.real = 0  # real pairs in the cache
+        self.features: list[torch.Tensor] = []  # [m, F] chunks; feature j pairs with context[j + 1]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.draft.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.draft.parameters()).dtype
+
+    def start(self) -> None:
+        self.cache = DynamicCache()
+        self.real = 0
+        self.features = []
+
+    def observe(self, features: dict[LayerId, torch.Tensor]) -> None:
+        self.features.append(torch.cat([features[i] for i in self.feature_layers], dim=-1).to(self.dtype))
+
+    # -- the draft network -----------------------------------------------------------------------------
+
+    def _run(
+        self, hidden: torch.Tensor, ids: list[int], positions: list[int], mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Feed `[n, H or F]` inputs with their tokens; the draft's outputs `[n, H]` (extends the cache)."""
+        ids_t = torch.tensor([ids], device=self.device)
+        pos = torch.tensor([positions], device=self.device)
+        if self.v3:
+            d: Any = self.draft
+            return d.step(hidden[None], ids_t, pos, mask, self.cache)[0]
+        return self.draft(hidden[None], ids_t, pos, mask, self.cache)[0]
+
+    def _logp(self, out: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities over the draft vocabulary `[n, Vd]` (float32)."""
+        return torch.log_softmax(self.draft.logits(out).float(), dim=-1)
+
+    def _target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return self.draft.to_target_ids(draft_ids) if self.v3 else draft_ids  # type: ignore[union-attr]
+
+    def _sync(self, context: list[int]) -> torch.Tensor:
+        """Feed the real pairs not yet in the cache; the draft output of the last one `[H]` (stands for the
+        root's position: its logits rank the depth-1 candidates)."""
+        crop_to(self.cache, self.real)
+        feats = torch.cat(self.features, dim=0)
+        n = len(context)
+        if feats.shape[0] != n - 1:
+            raise RuntimeError(f"EAGLE drafter has {feats.shape[0]} target features for {n} context tokens")
+        new = feats[self.real :]
+        hidden = self.draft.project(new) if self.v3 else new  # type: ignore[union-attr]
+        m = new.shape[0]
+        mask = tree_attention(torch.ones(m, m, dtype=torch.bool).tril(), self.real, self.dtype, self.device)
+        out = self._run(hidden, context[self.real + 1 :], list(range(self.real, n - 1)), mask)
+        self.features = [feats]
+        self.real = n - 1
+        return out[-1]
+
+    # -- proposals -------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def propose(
+        self, context: list[int], shape: TreeShape, sampling: Sampling, generator: torch.Generator | None
+    ) -> DraftTree:
+        refuse_sampled(self, shape)
+        root_out = self._sync(context)
+        if shape.depth == 0:
+            return DraftTree(torch.tensor([context[-1]]), [-1])
+        if shape.dynamic:
+            tree = self._dynamic(context, root_out, shape)
+        else:
+            tree = self._static(context, root_out, shape)
+        crop_to(self.cache, self.real)
+        return tree
+
+    def _expand(
+        self,
+        nodes: list[int],
+        parents: list[int],
+        tokens: list[int],
+        outs: dict[int, torch.Tensor],
+        fed: list[int],
+        depth: list[int],
+        base: int,
+    ) -> torch.Tensor:
+        """Feed tree `nodes` (same depth) after the real prefix and the already `fed` nodes; their outputs."""
+        ancestors = DraftTree(torch.tensor(tokens), parents).ancestor_mask()
+        keys = fed + nodes
+        mask = tree_attention(ancestors[nodes][:, keys], self.real, self.dtype, self.device)
+        hidden = torch.stack([outs[parents[c]] for c in nodes])
+        out = self._run(hidden, [tokens[c] for c in nodes], [base + depth[c] for c in nodes], mask)
+        fed += nodes
+        return out
+
+    def _static(self, context: list[int], root_out: torch.Tensor, shape: TreeShape) -> DraftTree:
+        """A chain or a rank-path tree: children of a node are its top-ranked next tokens."""
+        parents = shape.parents()
+        n = len(parents)
+        kids: list[list[int]] = [[] for _ in range(n)]
+        for i in range(1, n):
+            kids[parents[i]].append(i)
+        depth = [0] + [len(p) for p in shape.paths]
+        tokens = [context[-1]] + [0] * (n - 1)
+        outs = {0: root_out}
+        fed: list[int] = []
+        base = self.real - 1  # a node at depth d sits at position (n_context - 2) + d
+        for level in range(shape.depth):
+            frontier = [i for i in range(n) if depth[i] == level and kids[i]]
+            for node in frontier:
+                ranks = [shape.paths[c - 1][-1] for c in kids[node]]
+                best = self._target_ids(self._logp(outs[node][None])[0].topk(max(ranks) + 1).indices).tolist()
+                for child, rank in zip(kids[node], ranks, strict=True):
+                    tokens[child] = best[rank]
+            feed = [c for node in frontier for c in kids[node] if kids[c]]
+            if not feed or level + 1 == shape.depth:
+                break
+            out = self._expand(feed, parents, tokens, outs, fed, depth, base)
+            outs.update({c: out[j] for j, c in enumerate(feed)})
+        return DraftTree(torch.tensor(tokens), parents)
+
+    def _dynamic(self, context: list[int], root_out: torch.Tensor, shape: TreeShape) -> DraftTree:
+        """EAGLE-2: expand the top-K frontier per depth (K children each), keep every child as a candidate,
+        then the N best candidates by cumulative log-probability, parents before children."""
+        k, budget = shape.dynamic_topk, shape.dynamic_tokens
+        tokens, parents, depth, score = [context[-1]], [-1], [0], [0.0]
+        outs = {0: root_out}
+        fed: list[int] = []
+        base = self.real - 1
+        frontier = [0]
+        for level in range(shape.depth):
+            logp = self._logp(torch.stack([outs[f] for f in frontier]))  # [len(frontier), Vd]
+            top = logp.topk(k, dim=-1)
+            ids = self._target_ids(top.indices).tolist()
+            children = []
+            for row, parent in enumerate(frontier):
+                for j in range(k):
+                    tokens.append(ids[row][j])
+                    parents.append(parent)
+                    depth.append(level + 1)
+                    score.append(score[parent] + float(top.values[row, j]))
+                    children.append(len(tokens) - 1)
+            if level + 1 == shape.depth:
+                break
+            frontier = sorted(children, key=lambda c: (-score[c], c))[:k]
+            out = self._expand(frontier, parents, tokens, outs, fed, depth, base)
+            outs.update({c: out[j] for j, c in enumerate(frontier)})
+        # Rerank: best `budget` nodes, each only after its parent (a child never scores above its parent,
+        # and ties go to the earlier-created node, so this keeps the selection a tree).
+        chosen = {0}
+        for c in sorted(range(1, len(tokens)), key=lambda c: (-score[c], c)):
+            if len(chosen) - 1 == budget:
+                break
+            if parents[c] in chosen:
+                chosen.add(c)
+        order = sorted(chosen)
+        index = {old: new for new, old in enumerate(order)}
+        return DraftTree(
+            torch.tensor([tokens[i] for i in order]), [index[parents[i]] if i else -1 for i in order]
+        )
