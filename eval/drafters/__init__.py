@@ -54,9 +54,9 @@ def _draftsmith_checkpoint(path: Path, target: FrozenTarget) -> Drafter:
     model, config = load_drafter(path, target, device=target.device)
     model = model.to(target.model.dtype)
     if config["kind"] == "medusa":
-        return MedusaDrafter(model)  # type: ignore[arg-type]
+        return MedusaDrafter(model)
     if config["kind"] in ("eagle", "eagle3"):
-        return EagleDrafter(model)  # type: ignore[arg-type]
+        return EagleDrafter(model)
     raise ValueError(
         f"{path}: drafter kind {config['kind']!r} has no evaluator support in this draftsmith version"
     )

@@ -74,7 +74,7 @@ class EagleDrafter:
         return torch.log_softmax(self.draft.logits(out).float(), dim=-1)
 
     def _target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        return self.draft.to_target_ids(draft_ids) if self.v3 else draft_ids  # type: ignore[union-attr]
+        return self.draft.to_target_ids(draft_ids) if self.v3 else draft_ids
 
     def _sync(self, context: list[int]) -> torch.Tensor:
         """Feed the real pairs not yet in the cache; the draft output of the last one `[H]` (stands for the
@@ -85,7 +85,7 @@ class EagleDrafter:
         if feats.shape[0] != n - 1:
             raise RuntimeError(f"EAGLE drafter has {feats.shape[0]} target features for {n} context tokens")
         new = feats[self.real :]
-        hidden = self.draft.project(new) if self.v3 else new  # type: ignore[union-attr]
+        hidden = self.draft.project(new) if self.v3 else new
         m = new.shape[0]
         mask = tree_attention(torch.ones(m, m, dtype=torch.bool).tril(), self.real, self.dtype, self.device)
         out = self._run(hidden, context[self.real + 1 :], list(range(self.real, n - 1)), mask)

@@ -17,8 +17,8 @@ def env() -> dict[str, str]:
     return e
 
 
-def medusa_cmd(nproc: int = 1) -> list[str]:
-    script = str(REPO / "train" / "medusa.py")
+def train_cmd(nproc: int = 1, method: str = "medusa") -> list[str]:
+    script = str(REPO / "train" / f"{method}.py")
     if nproc == 1:
         return [sys.executable, script]
     return [
@@ -32,13 +32,19 @@ def medusa_cmd(nproc: int = 1) -> list[str]:
     ]
 
 
-def run_medusa(
-    target: Path, out: Path, *overrides: str, nproc: int = 1, timeout: int = 600
+def run_recipe(
+    target: Path,
+    out: Path,
+    *overrides: str,
+    nproc: int = 1,
+    timeout: int = 600,
+    method: str = "medusa",
+    recipe: str = "medusa/tiny.yaml",
 ) -> subprocess.CompletedProcess:
     args = [
-        *medusa_cmd(nproc),
+        *train_cmd(nproc, method),
         "--config",
-        str(REPO / "recipes" / "medusa" / "tiny.yaml"),
+        str(REPO / "recipes" / recipe),
         f"target.path={target}",
         f"output_dir={out}",
         *overrides,

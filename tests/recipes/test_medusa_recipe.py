@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from _run import REPO, env, medusa_cmd, run_medusa
+from _run import REPO, env, run_recipe, train_cmd
 from safetensors.torch import load_file
 
 from draftsmith.train.core.metrics import read_metrics
@@ -41,7 +41,7 @@ def initial_accuracy(target_dir):
 
 def test_medusa_heads_learn(tiny_toy_target, tmp_path):
     before = initial_accuracy(tiny_toy_target)
-    proc = run_medusa(tiny_toy_target, tmp_path / "run")
+    proc = run_recipe(tiny_toy_target, tmp_path / "run")
     final = tmp_path / "run" / "final"
     config = json.loads((final / "config.json").read_text())
     after = config["training"]["heldout"]
@@ -64,8 +64,8 @@ def test_medusa_heads_learn(tiny_toy_target, tmp_path):
 
 def test_two_processes_match_one_process_with_accumulation(tiny_toy_target, tmp_path):
     common = ["train.max_steps=12", "checkpoint.every=0", "train.micro_batch_size=2"]
-    run_medusa(tiny_toy_target, tmp_path / "ddp", *common, "train.grad_accum=1", nproc=2)
-    run_medusa(tiny_toy_target, tmp_path / "acc", *common, "train.grad_accum=2", nproc=1)
+    run_recipe(tiny_toy_target, tmp_path / "ddp", *common, "train.grad_accum=1", nproc=2)
+    run_recipe(tiny_toy_target, tmp_path / "acc", *common, "train.grad_accum=2", nproc=1)
     ddp = [r for r in read_metrics(tmp_path / "ddp" / "metrics.jsonl") if "train/loss" in r]
     acc = [r for r in read_metrics(tmp_path / "acc" / "metrics.jsonl") if "train/loss" in r]
     assert len(ddp) == len(acc) == 12
@@ -85,11 +85,11 @@ def test_two_processes_match_one_process_with_accumulation(tiny_toy_target, tmp_
 
 def test_sigkill_and_resume_equals_uninterrupted(tiny_toy_target, tmp_path):
     overrides = ["train.max_steps=40", "checkpoint.every=10", "checkpoint.keep_last=2"]
-    run_medusa(tiny_toy_target, tmp_path / "straight", *overrides)
+    run_recipe(tiny_toy_target, tmp_path / "straight", *overrides)
 
     out = tmp_path / "killed"
     args = [
-        *medusa_cmd(),
+        *train_cmd(),
         "--config",
         str(REPO / "recipes" / "medusa" / "tiny.yaml"),
         f"target.path={tiny_toy_target}",
@@ -110,7 +110,7 @@ def test_sigkill_and_resume_equals_uninterrupted(tiny_toy_target, tmp_path):
     assert not (out / "final").exists()
     assert (out / "checkpoint-20").is_dir()
 
-    run_medusa(tiny_toy_target, out, *overrides, "--resume")
+    run_recipe(tiny_toy_target, out, *overrides, "--resume")
     a = load_file(str(tmp_path / "straight" / "final" / "model.safetensors"))
     b = load_file(str(out / "final" / "model.safetensors"))
     assert a.keys() == b.keys()
@@ -122,10 +122,10 @@ def test_sigkill_and_resume_equals_uninterrupted(tiny_toy_target, tmp_path):
 
 
 def test_refuses_to_overwrite_a_run_and_explains(tiny_toy_target, tmp_path):
-    run_medusa(tiny_toy_target, tmp_path / "r", "train.max_steps=2", "checkpoint.every=1")
+    run_recipe(tiny_toy_target, tmp_path / "r", "train.max_steps=2", "checkpoint.every=1")
     proc = subprocess.run(
         [
-            *medusa_cmd(),
+            *train_cmd(),
             "--config",
             str(REPO / "recipes" / "medusa" / "tiny.yaml"),
             f"target.path={tiny_toy_target}",
@@ -142,7 +142,7 @@ def test_refuses_to_overwrite_a_run_and_explains(tiny_toy_target, tmp_path):
 
 
 def test_wandb_offline_needs_no_account(tiny_toy_target, tmp_path):
-    run_medusa(
+    run_recipe(
         tiny_toy_target,
         tmp_path / "w",
         "train.max_steps=2",
