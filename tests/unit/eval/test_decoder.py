@@ -8,13 +8,15 @@ import pytest
 import torch
 
 from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
-from draftsmith.eval.drafters import LMDrafter, MedusaDrafter, NgramDrafter
+from draftsmith.eval.drafters import EagleDrafter, LMDrafter, MedusaDrafter, NgramDrafter
 from draftsmith.eval.report import TurnResult, summarize
 from draftsmith.eval.sampling import Sampling
 from draftsmith.eval.tree import parse_tree
 from draftsmith.models.chat_render import render_prompt
 from draftsmith.models.conversations import prompt_turns, read_conversations
 from draftsmith.models.draft_lm import draft_from_target
+from draftsmith.models.eagle import Eagle1Draft, EagleConfig
+from draftsmith.models.eagle3 import Eagle3Draft
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.target import FrozenTarget, TargetConfig
 
@@ -42,11 +44,23 @@ def make_drafter(kind: str, target: FrozenTarget):
         return MedusaDrafter(heads.eval())
     if kind == "draft_lm":
         return LMDrafter(draft_from_target(target.model, 1))
+    if kind in ("eagle", "eagle3"):  # untrained: losslessness must not depend on the draft's quality
+        torch.manual_seed(0)
+        cls = Eagle1Draft if kind == "eagle" else Eagle3Draft
+        draft = cls(EagleConfig(version=1 if kind == "eagle" else 3), target.model.config, target.vocab_size)
+        draft.attach_target(target.embed_tokens, target.lm_head)
+        return EagleDrafter(draft)
     return LMDrafter(target.model, name="self")
 
 
-@pytest.mark.parametrize("kind", ["ngram", "medusa", "draft_lm", "self"])
-@pytest.mark.parametrize("tree", ["chain", "topk:2", "paths"])
+KINDS = ["ngram", "medusa", "draft_lm", "self", "eagle", "eagle3"]
+CASES = [(k, t) for k in KINDS for t in ("chain", "topk:2", "paths")] + [
+    (k, "dynamic:3:8")
+    for k in ("eagle", "eagle3")  # dynamic trees need the draft's own confidences
+]
+
+
+@pytest.mark.parametrize(("kind", "tree"), CASES)
 def test_greedy_speculative_output_equals_greedy_decoding(target, prompts, kind, tree, tmp_path):
     if tree == "paths":
         (tmp_path / "t.json").write_text(json.dumps([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [2]]))
@@ -143,3 +157,24 @@ def test_typical_acceptance_runs_through_the_loop(target, prompts):
     out = typical.generate(prompts[0], MAX_NEW)
     assert 1 + out.step_tokens == len(out.tokens) <= MAX_NEW
     assert all(s.committed <= s.accepted + 1 for s in out.steps)
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_eagle_draft_cache_holds_only_real_pairs(target, prompts, kind):
+    """After every proposal the draft's cache holds exactly one entry per committed pair (feature of
+    position j, token j+1): drafted entries never leak into the next step (the reference's stable_kv)."""
+    drafter = make_drafter(kind, target)
+    decoder = SpeculativeDecoder(target, drafter, parse_tree("dynamic:3:8", 4), Sampling())
+    real_propose = drafter.propose
+    seen = []
+
+    def propose(context, *args):
+        tree = real_propose(context, *args)
+        seen.append((drafter.cache.get_seq_length(), len(context) - 1))
+        return tree
+
+    drafter.propose = propose
+    out = decoder.generate(prompts[0], MAX_NEW)
+    assert len(seen) == len(out.steps) > 0
+    assert all(cached == pairs for cached, pairs in seen)
+    assert all(s.draft_tokens <= 8 and s.depth <= 4 for s in out.steps)

@@ -4,7 +4,8 @@ Small-vocabulary random Llamas (V=5, logits sharpened so the distributions are f
 each other): the joint distribution of the first 3 generated tokens (the prefill token and the tokens of the
 first depth-2 verification) over many seeds is compared with the target's exact distribution, computed by
 enumerating every prefix, with a chi-square test: a sampled chain (Leviathan rule), a deterministic top-2
-tree (point-mass rule) and a tree of 2 sampled children per depth (SpecInfer rule). The verification rules' own negative control (a biased
+tree (point-mass rule), a tree of 2 sampled children per depth (SpecInfer rule), and an EAGLE-3 dynamic tree
+(point-mass rule on the draft's top-ranked candidates). The verification rules' own negative control (a biased
 rule is caught by the same statistic) is in test_verify.py.
 """
 
@@ -18,9 +19,11 @@ from _chi2 import chi_square_pvalue
 from conftest import make_tiny_llama
 
 from draftsmith.eval.decoder import SpeculativeDecoder
-from draftsmith.eval.drafters import LMDrafter
+from draftsmith.eval.drafters import EagleDrafter, LMDrafter
 from draftsmith.eval.sampling import Sampling
 from draftsmith.eval.tree import parse_tree
+from draftsmith.models.eagle import EagleConfig
+from draftsmith.models.eagle3 import Eagle3Draft
 from draftsmith.models.target import FrozenTarget
 
 V = 5
@@ -47,20 +50,29 @@ def exact_joint(model, prompt: list[int], sampling: Sampling) -> torch.Tensor:
     return p1[:, None, None] * p2[:, :, None] * p3
 
 
+def eagle3_drafter(target_model) -> EagleDrafter:
+    torch.manual_seed(2)
+    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=[0, 1, 2]), target_model.config, V)
+    draft.attach_target(target_model.get_input_embeddings(), target_model.get_output_embeddings())
+    return EagleDrafter(draft)
+
+
 @pytest.mark.parametrize(
-    ("tree", "sampling"),
+    ("drafter", "tree", "sampling"),
     [
-        ("chain", Sampling(temperature=1.0)),
-        ("topk:2", Sampling(temperature=0.8, top_p=0.9)),
-        ("sample:2", Sampling(temperature=1.0, top_k=4)),
+        ("lm", "chain", Sampling(temperature=1.0)),
+        ("lm", "topk:2", Sampling(temperature=0.8, top_p=0.9)),
+        ("lm", "sample:2", Sampling(temperature=1.0, top_k=4)),
+        ("eagle3", "dynamic:2:4", Sampling(temperature=1.0)),
     ],
-    ids=["chain-T1", "topk2-T0.8-topp0.9", "sample2-T1-topk4"],
+    ids=["chain-T1", "topk2-T0.8-topp0.9", "sample2-T1-topk4", "eagle3-dynamic-T1"],
 )
-def test_first_tokens_follow_the_target_distribution(tree, sampling):
+def test_first_tokens_follow_the_target_distribution(drafter, tree, sampling):
     target_model = sharp_llama(seed=0, scale=8.0)
-    draft_model = sharp_llama(seed=1, scale=8.0)  # an unrelated model: a poor drafter
     target = FrozenTarget(target_model, types.SimpleNamespace(eos_token_id=None), "tiny-v5")
-    decoder = SpeculativeDecoder(target, LMDrafter(draft_model), parse_tree(tree, 2), sampling)
+    # unrelated / untrained models: poor drafters
+    draft = LMDrafter(sharp_llama(seed=1, scale=8.0)) if drafter == "lm" else eagle3_drafter(target_model)
+    decoder = SpeculativeDecoder(target, draft, parse_tree(tree, 2), sampling)
     counts = torch.zeros(V, V, V)
     rejected_at_1 = 0
     for seed in range(RUNS):
