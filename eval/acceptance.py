@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tree",
         default="chain",
         help="draft tree: chain, topk:K (K alternatives per depth), sample:K (K sampled alternatives, LM "
-        "drafters at T>0), or paths:FILE (JSON list of rank paths, Medusa style). Default chain",
+        "drafters at T>0), paths:FILE (JSON list of rank paths, Medusa style), or dynamic:K:N (EAGLE-2 "
+        "dynamic tree of N drafts, EAGLE drafters). Default chain",
     )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); >0 = sampling")
     p.add_argument(

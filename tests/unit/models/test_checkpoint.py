@@ -48,7 +48,28 @@ def test_not_a_checkpoint(tmp_path):
 
 def test_registry():
     assert drafter_class("medusa") is MedusaHeads
-    with pytest.raises(ValueError, match="known kinds: medusa"):
+    with pytest.raises(ValueError, match="known kinds: eagle, eagle3, medusa"):
         drafter_class("nope")
     with pytest.raises(ValueError, match="already registered"):
         register_drafter("medusa")(type("Other", (), {}))
+
+
+def test_eagle3_round_trip_keeps_vocab_map_and_reattaches_the_target(tiny_random_target, tmp_path):
+    from draftsmith.models.eagle import EagleConfig
+    from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map
+
+    target = tiny_random_target
+    torch.manual_seed(0)
+    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=[1, 2, 3]), target.model.config, 64)
+    draft.set_vocab_map(*build_vocab_map(torch.arange(target.vocab_size).flip(0), 64))
+    save_drafter(tmp_path / "e3", draft, target.identity())
+    loaded, config = load_drafter(tmp_path / "e3", target)
+    assert (
+        config["kind"] == "eagle3"
+        and config["feature_layers"] == [1, 2, 3]
+        and config["draft_vocab_size"] == 64
+    )
+    assert "embed_tokens.weight" not in loaded.state_dict()  # the target's weights are never duplicated
+    for k, v in draft.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+    assert loaded.frozen.lm_head is target.lm_head  # reattached on load
