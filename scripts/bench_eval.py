@@ -3,6 +3,7 @@
     python -m draftsmith.scripts.bench_eval matrix   --target DIR --medusa CKPT --out DIR
     python -m draftsmith.scripts.bench_eval overhead --target DIR --medusa CKPT --out DIR
     python -m draftsmith.scripts.bench_eval assisted --target DIR --draft DIR --out DIR
+    python -m draftsmith.scripts.bench_eval eagle    --target DIR --medusa CKPT --eagle1 CKPT --eagle3 CKPT --out DIR
     python -m draftsmith.scripts.bench_eval tables --out DIR      (Markdown tables of the three)
 
 matrix: tau and speedup for ngram, Medusa-1 and a 1-layer draft_lm (--draft: the `small-draft1` toy preset, a
@@ -117,6 +118,42 @@ def matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
                         }  # fmt: skip
                         print(json.dumps(row), flush=True)
                         rows.append(row)
+    return rows
+
+
+def eagle(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """tau at T=0 / T=1, depth 5, chain and tree (EAGLE: the EAGLE-2 dynamic tree dynamic:4:16; others
+    their static topk:3 tree), for ngram, Medusa-1, EAGLE-1 and EAGLE-3 on held-out prompts."""
+    from draftsmith.eval.acceptance import EvalArgs, evaluate
+    from draftsmith.eval.drafters import load_drafter_spec
+
+    target = _load(args.target)
+    drafters = {"ngram": "ngram", "medusa-1": args.medusa, "eagle-1": args.eagle1, "eagle-3": args.eagle3}
+    rows = []
+    for name, spec in drafters.items():
+        drafter = load_drafter_spec(spec, target)
+        for temperature in (0.0, 1.0):
+            for tree in ("chain", "dynamic:4:16" if name.startswith("eagle") else "topk:3"):
+                r = evaluate(
+                    EvalArgs(
+                        target=args.target,
+                        drafter=spec,
+                        data="stdlib:heldout",
+                        num_prompts=args.num_prompts,
+                        max_new_tokens=args.max_new_tokens,
+                        depth=5,
+                        tree=tree,
+                        temperature=temperature,
+                        check_lossless=temperature == 0,
+                        progress=False,
+                    ),  # fmt: skip
+                    target,
+                    drafter,
+                )
+                row = {"drafter": name, "T": temperature, "tree": tree, "tau": r["tau"], "alpha": r["alpha"],
+                       "speedup": r["speedup"], "lossless": r["lossless"]}  # fmt: skip
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     return rows
 
 
@@ -266,10 +303,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=["matrix", "overhead", "assisted", "tables"])
+    parser.add_argument("what", choices=["matrix", "overhead", "assisted", "eagle", "tables"])
     parser.add_argument("--target", help="the toy target directory (small preset)")
     parser.add_argument("--medusa", help="a Medusa-1 checkpoint (final/) with >= 5 heads")
     parser.add_argument("--draft", help="a draft LM directory (build-target --preset small-draft1)")
+    parser.add_argument("--eagle1", help="an EAGLE-1 checkpoint (final/)")
+    parser.add_argument("--eagle3", help="an EAGLE-3 checkpoint (final/)")
     parser.add_argument("--drafters", help="matrix: only these drafters (comma-separated names)")
     parser.add_argument("--out", type=Path, required=True, help="where results and the draft go")
     parser.add_argument("--num-prompts", type=int, default=20)
@@ -282,7 +321,7 @@ def main() -> None:
     if not args.target:
         parser.error("--target is required")
     torch.manual_seed(0)
-    rows = {"matrix": matrix, "overhead": overhead, "assisted": assisted}[args.what](args)
+    rows = {"matrix": matrix, "overhead": overhead, "assisted": assisted, "eagle": eagle}[args.what](args)
     path = args.out / f"{args.what}.json"
     if args.what == "matrix" and args.drafters and path.is_file():  # replace only the re-measured rows
         names = {r["drafter"] for r in rows}
