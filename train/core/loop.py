@@ -309,6 +309,7 @@ def run_training(
             tokens = float(accelerator.reduce(tokens_window, "sum"))
             last_train = with_derived(method, window.reduce(accelerator, "train"), "train")
             last_train["perf/tokens_per_s"] = tokens / max(elapsed, 1e-9)
+            last_train["perf/step_s"] = elapsed / max(window.steps, 1)  # wall time per optimizer step
             last_train["train/epoch"] = step / schedule.steps_per_epoch
             metrics_log.write(step, last_train)
             bar.set_postfix(loss=f"{last_train['train/loss']:.4f}")
