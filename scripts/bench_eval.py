@@ -310,6 +310,7 @@ def main() -> None:
     parser.add_argument("--eagle1", help="an EAGLE-1 checkpoint (final/)")
     parser.add_argument("--eagle3", help="an EAGLE-3 checkpoint (final/)")
     parser.add_argument("--drafters", help="matrix: only these drafters (comma-separated names)")
+    parser.add_argument("--data", default="stdlib:heldout", help="eagle: held-out prompts")
     parser.add_argument("--out", type=Path, required=True, help="where results and the draft go")
     parser.add_argument("--num-prompts", type=int, default=20)
     parser.add_argument("--max-new-tokens", type=int, default=96)
