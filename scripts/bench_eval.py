@@ -138,7 +138,7 @@ def eagle(args: argparse.Namespace) -> list[dict[str, Any]]:
                     EvalArgs(
                         target=args.target,
                         drafter=spec,
-                        data="stdlib:heldout",
+                        data=args.data,
                         num_prompts=args.num_prompts,
                         max_new_tokens=args.max_new_tokens,
                         depth=5,
