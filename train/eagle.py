@@ -13,30 +13,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate.utils import set_seed
 from torch import nn
 
-from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, shift_left
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import eagle1_loss, eagle3_step_loss
 from draftsmith.models.target import FrozenTarget, TargetConfig
-from draftsmith.train.core.config import config_yaml
-from draftsmith.train.core.config_cli import make_parser, parse_args
-from draftsmith.train.core.data import DataConfig, build_datasets
-from draftsmith.train.core.loop import (
-    CheckpointConfig,
-    EvalConfig,
-    LogConfig,
-    TrainConfig,
-    make_accelerator,
-    run_training,
-)
+from draftsmith.train.core.data import DataBundle, DataConfig
+from draftsmith.train.core.entry import train_main
+from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 
 TAU_ESTIMATE_DEPTH = 5  # EAGLE-1 trains one step; its estimate assumes that accuracy at every depth
 
@@ -167,39 +156,16 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
     return draft
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser(EagleRecipe, prog="draftsmith train eagle", description=__doc__ or "")
-    parser.add_argument(
-        "--resume", nargs="?", const="latest", default=None, metavar="CKPT",
-        help="Continue a run: from the newest checkpoint in output_dir, or from CKPT.",
-    )  # fmt: skip
-    cfg, args = parse_args(EagleRecipe, parser, argv)
-    output_dir = Path(cfg.output_dir)
-    accelerator = make_accelerator(cfg.train, cfg.log, output_dir)
-    set_seed(cfg.seed)
-    target = FrozenTarget.load(cfg.target, accelerator.device)
+def build_method(cfg: EagleRecipe, target: FrozenTarget, data: DataBundle) -> EagleMethod:
     target.check_layer_ids(cfg.draft.feature_layers or [])
-    data = build_datasets(
-        cfg.data, target.tokenizer, seed=cfg.seed, progress=accelerator.is_local_main_process
-    )
-    draft = build_draft(cfg, target, data.train)
-    method = EagleMethod(target, draft.to(accelerator.device))
-    pad_id = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
-    result = run_training(
-        method, accelerator=accelerator, train_dataset=data.train, eval_dataset=data.eval, pad_id=pad_id,
-        output_dir=output_dir, seed=cfg.seed, train=cfg.train, log=cfg.log, checkpoint=cfg.checkpoint,
-        eval_cfg=cfg.eval, config_yaml=config_yaml(cfg), resume=args.resume,
+    return EagleMethod(target, build_draft(cfg, target, data.train))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return train_main(
+        EagleRecipe, argv, "draftsmith train eagle", __doc__ or "", build_method,
+        lambda result, method: format_step_table(result.eval, method.term_names, result.initial_eval),
     )  # fmt: skip
-    if accelerator.is_main_process:
-        summary = {"steps": result.step, "heldout": result.eval, "heldout_at_start": result.initial_eval}
-        final = save_drafter(
-            output_dir / "final", method.model, target.identity(), extra={"training": summary}
-        )
-        print(format_step_table(result.eval, method.term_names, result.initial_eval))
-        print(f"drafter checkpoint: {final}")
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    return 0
 
 
 def format_step_table(

@@ -12,28 +12,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
-from accelerate.utils import set_seed
 from torch import nn
 
-from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import medusa_loss, medusa_token_counts
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.target import FrozenTarget, TargetConfig
-from draftsmith.train.core.config import config_yaml
-from draftsmith.train.core.config_cli import make_parser, parse_args
-from draftsmith.train.core.data import DataConfig, build_datasets
-from draftsmith.train.core.loop import (
-    CheckpointConfig,
-    EvalConfig,
-    LogConfig,
-    TrainConfig,
-    make_accelerator,
-    run_training,
-)
+from draftsmith.train.core.data import DataBundle, DataConfig
+from draftsmith.train.core.entry import train_main
+from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 
 
 @dataclass
@@ -78,63 +67,18 @@ class MedusaMethod:
         return sums, metrics
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser(MedusaRecipe, prog="draftsmith train medusa", description=__doc__ or "")
-    parser.add_argument(
-        "--resume",
-        nargs="?",
-        const="latest",
-        default=None,
-        metavar="CKPT",
-        help="Continue a run: from the newest checkpoint in output_dir, or from CKPT.",
-    )
-    cfg, args = parse_args(MedusaRecipe, parser, argv)
-    output_dir = Path(cfg.output_dir)
-    accelerator = make_accelerator(cfg.train, cfg.log, output_dir)
-    set_seed(cfg.seed)
-    target = FrozenTarget.load(cfg.target, accelerator.device)
-    data = build_datasets(
-        cfg.data, target.tokenizer, seed=cfg.seed, progress=accelerator.is_local_main_process
-    )
+def build_method(cfg: MedusaRecipe, target: FrozenTarget, data: DataBundle) -> MedusaMethod:
     heads = MedusaHeads(cfg.model, target.hidden_size, target.vocab_size)
     if cfg.model.init_from_lm_head:
         heads.init_from_lm_head(target.lm_head.weight)
-    method = MedusaMethod(target, heads.to(accelerator.device))
-    pad_id = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
-    result = run_training(
-        method,
-        accelerator=accelerator,
-        train_dataset=data.train,
-        eval_dataset=data.eval,
-        pad_id=pad_id,
-        output_dir=output_dir,
-        seed=cfg.seed,
-        train=cfg.train,
-        log=cfg.log,
-        checkpoint=cfg.checkpoint,
-        eval_cfg=cfg.eval,
-        config_yaml=config_yaml(cfg),
-        resume=args.resume,
-    )
-    if accelerator.is_main_process:
-        final = save_drafter(
-            output_dir / "final",
-            method.model,
-            target.identity(),
-            extra={
-                "training": {
-                    "steps": result.step,
-                    "heldout": result.eval,
-                    "heldout_at_start": result.initial_eval,
-                    "train": result.last_train,
-                }
-            },
-        )
-        print(format_accuracy_table(result.eval, len(method.term_names), result.initial_eval))
-        print(f"drafter checkpoint: {final}")
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    return 0
+    return MedusaMethod(target, heads)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return train_main(
+        MedusaRecipe, argv, "draftsmith train medusa", __doc__ or "", build_method,
+        lambda result, method: format_accuracy_table(result.eval, len(method.term_names), result.initial_eval),
+    )  # fmt: skip
 
 
 def format_accuracy_table(

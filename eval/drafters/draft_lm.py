@@ -83,9 +83,7 @@ class LMDrafter:
         generator: torch.Generator | None,
     ) -> tuple[list[int], torch.Tensor | None]:
         """k child tokens of a node, and q (the distribution they were drawn from) when sampled."""
-        if sampling.greedy:
-            return logits.topk(k).indices.tolist(), None
-        if sampled:
+        if sampled and not sampling.greedy:
             q = sampling.probs(logits)
             return [sample(q, generator) for _ in range(k)], q
         return logits.topk(k).indices.tolist(), None

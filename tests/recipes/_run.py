@@ -54,3 +54,30 @@ def run_recipe(
         f"exit {proc.returncode}\nSTDOUT\n{proc.stdout[-3000:]}\nSTDERR\n{proc.stderr[-5000:]}"
     )
     return proc
+
+
+def assert_runs_match(a_dir: Path, b_dir: Path, steps: int) -> None:
+    """Two runs logged the same per-step losses and token counts and ended with the same weights (the
+    distributed-invariance oracle: 2 ranks x micro-batch == 1 rank x accumulation)."""
+    import pytest
+    import torch
+    from safetensors.torch import load_file
+
+    from draftsmith.train.core.metrics import read_metrics
+
+    a = [r for r in read_metrics(a_dir / "metrics.jsonl") if "train/loss" in r]
+    b = [r for r in read_metrics(b_dir / "metrics.jsonl") if "train/loss" in r]
+    assert len(a) == len(b) == steps
+    for ra, rb in zip(a, b, strict=True):
+        assert ra["train/loss"] == pytest.approx(rb["train/loss"], abs=1e-5), (
+            ra["step"],
+            ra["train/loss"],
+            rb["train/loss"],
+        )
+        assert ra["train/tokens"] == rb["train/tokens"]
+    assert a[-1]["train/loss"] < a[0]["train/loss"]  # it trained
+    wa = load_file(str(a_dir / "final" / "model.safetensors"))
+    wb = load_file(str(b_dir / "final" / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)

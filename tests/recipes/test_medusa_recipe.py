@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from _run import REPO, env, run_recipe, train_cmd
+from _run import REPO, assert_runs_match, env, run_recipe, train_cmd
 from safetensors.torch import load_file
 
 from draftsmith.train.core.metrics import read_metrics
@@ -66,21 +66,7 @@ def test_two_processes_match_one_process_with_accumulation(tiny_toy_target, tmp_
     common = ["train.max_steps=12", "checkpoint.every=0", "train.micro_batch_size=2"]
     run_recipe(tiny_toy_target, tmp_path / "ddp", *common, "train.grad_accum=1", nproc=2)
     run_recipe(tiny_toy_target, tmp_path / "acc", *common, "train.grad_accum=2", nproc=1)
-    ddp = [r for r in read_metrics(tmp_path / "ddp" / "metrics.jsonl") if "train/loss" in r]
-    acc = [r for r in read_metrics(tmp_path / "acc" / "metrics.jsonl") if "train/loss" in r]
-    assert len(ddp) == len(acc) == 12
-    for a, b in zip(ddp, acc, strict=True):
-        assert a["train/loss"] == pytest.approx(b["train/loss"], abs=1e-5), (
-            a["step"],
-            a["train/loss"],
-            b["train/loss"],
-        )
-        assert a["train/tokens"] == b["train/tokens"]
-    assert ddp[-1]["train/loss"] < ddp[0]["train/loss"]  # it trained
-    wa = load_file(str(tmp_path / "ddp" / "final" / "model.safetensors"))
-    wb = load_file(str(tmp_path / "acc" / "final" / "model.safetensors"))
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)
+    assert_runs_match(tmp_path / "ddp", tmp_path / "acc", 12)
 
 
 def test_sigkill_and_resume_equals_uninterrupted(tiny_toy_target, tmp_path):
