@@ -43,6 +43,13 @@ class EagleConfig:
     step_decay: float = field(
         default=0.8, metadata={"help": "EAGLE-3: loss weight of TTT step s is decay**s."}
     )
+    head_init: Literal["random", "target"] = field(
+        default="random",
+        metadata={
+            "help": "EAGLE-3: initialise the draft head randomly (the paper's code) or from the target's "
+            "final norm and LM-head rows of the draft vocabulary (trains faster at small budgets)."
+        },
+    )
     fc_bias: bool = field(
         default=True, metadata={"help": "EAGLE-1: bias of fc (Vicuna configs true, Llama-3 false)."}
     )
@@ -67,6 +74,8 @@ class EagleConfig:
             raise ValueError(
                 f"draft.feature_layers needs 3 layer ids (low, mid, high), got {self.feature_layers}"
             )
+        if self.head_init not in ("random", "target"):
+            raise ValueError(f"draft.head_init must be 'random' or 'target', got {self.head_init!r}")
         if self.draft_vocab_size < 0:
             raise ValueError(
                 f"draft.draft_vocab_size must be >= 0 (0 = full vocabulary), got {self.draft_vocab_size}"

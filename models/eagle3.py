@@ -7,6 +7,7 @@ default 2, L//2, L-3), projected by fc = Linear(3H, H, bias=False). One decoder 
     a' = a + attn(u)                              the residual is a (fc(g) at step 0, else the draft's output)
     a  = a' + mlp(post_norm(a'))
     logits = lm_head_d(norm_final(a))             own head over the reduced draft vocabulary, random init
+                                                  (draft.head_init=target: the target head's rows)
 
 Reduced vocabulary: the `draft_vocab_size` most frequent assistant tokens of the training data;
 `d2t[i] = used[i] - i` (an OFFSET: target id = i + d2t[i]) and `t2d` a bool mask over the target vocabulary.
@@ -120,6 +121,15 @@ class Eagle3Draft(_EagleBase):
             raise ValueError("vocab map shapes do not match draft_vocab_size / the target vocabulary")
         self.d2t.copy_(d2t)
         self.t2d.copy_(t2d)
+
+    @torch.no_grad()
+    def init_head_from_target(self, lm_head_weight: torch.Tensor, final_norm: nn.Module) -> None:
+        """`draft.head_init: target`: start the draft head as the target's own head restricted to the draft
+        vocabulary (rows `i + d2t[i]`) behind a copy of the target's final norm. Not in the paper's code
+        (random init); at small budgets it lifts early accuracy because only the layer must be learned."""
+        ids = self.to_target_ids(torch.arange(self.draft_vocab_size, device=self.d2t.device))
+        self.lm_head_d.weight.copy_(lm_head_weight[ids.to(lm_head_weight.device)])
+        self.norm_final.load_state_dict(final_norm.state_dict())
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids -> target ids (`i + d2t[i]`)."""

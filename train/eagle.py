@@ -152,6 +152,8 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
             draft.set_vocab_map(
                 *build_vocab_map(assistant_token_counts(train_dataset, target.vocab_size), vd)
             )
+        if cfg.draft.head_init == "target":
+            draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
     draft.attach_target(target.embed_tokens, target.lm_head)
     return draft
 

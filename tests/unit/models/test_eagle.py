@@ -132,6 +132,19 @@ def test_vocab_map_round_trip():
     assert default_feature_layers(32) == [2, 16, 29]
 
 
+def test_head_init_from_target_gives_the_targets_logits_on_the_draft_vocabulary(llama):
+    draft = eagle3(llama, vd=12)
+    counts = torch.randint(0, 50, (V,), generator=torch.Generator().manual_seed(3))
+    draft.set_vocab_map(*build_vocab_map(counts, 12))
+    with torch.no_grad():  # a non-trivial final norm, so that copying it is checked too
+        llama.model.norm.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(4))
+    draft.init_head_from_target(llama.get_output_embeddings().weight, llama.model.norm)
+    h = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(5))
+    expected = llama.lm_head(llama.model.norm(h))[..., draft.to_target_ids(torch.arange(12))]
+    torch.testing.assert_close(draft.logits(h), expected)
+    assert draft.lm_head_d.weight.data_ptr() != llama.lm_head.weight.data_ptr()  # a trainable copy
+
+
 def test_soft_cross_entropy_is_forward_kl_plus_entropy_in_float64():
     torch.manual_seed(0)
     p = torch.softmax(torch.randn(6, 9, dtype=torch.float64), -1)
