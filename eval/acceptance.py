@@ -142,18 +142,6 @@ def _versions(device: torch.device) -> dict[str, Any]:
     }
 
 
-def _messages_for_turn(prompt: list[dict[str, str]], answers: list[str]) -> list[dict[str, str]]:
-    """`prompt` (system + users up to turn k) with the model's own answers after each earlier user turn."""
-    out, users = [], 0
-    for message in prompt:
-        out.append(message)
-        if message["role"] == "user":
-            if users < len(answers):
-                out.append({"role": "assistant", "content": answers[users]})
-            users += 1
-    return out
-
-
 def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[str, Any]:
     """Run the evaluation `args` describes and return the report (see eval/report.py for the metrics).
 
@@ -167,7 +155,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
     from draftsmith.eval.sampling import Sampling
     from draftsmith.eval.tree import parse_tree
     from draftsmith.models.chat_render import render_prompt
-    from draftsmith.models.conversations import prompt_turns, read_conversations
+    from draftsmith.models.conversations import prompt_turns, read_conversations, with_answers
     from draftsmith.models.target import FrozenTarget, TargetConfig
 
     sampling = Sampling(args.temperature, args.top_p, args.top_k)
@@ -213,7 +201,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
         item = conv.id or conv.source
         answers: list[str] = []
         for k, prompt_msgs in enumerate(prompt_turns(conv)):
-            prompt = render_prompt(target.tokenizer, _messages_for_turn(prompt_msgs, answers), conv.tools)
+            prompt = render_prompt(target.tokenizer, with_answers(prompt_msgs, answers), conv.tools)
             if max_pos is not None and len(prompt) + args.max_new_tokens > max_pos:
                 skipped.append(
                     f"{item} turn {k}: {len(prompt)} prompt tokens + {args.max_new_tokens} > {max_pos}"

@@ -155,6 +155,18 @@ def prompt_turns(conv: Conversation) -> list[list[dict[str, str]]]:
     return prompts
 
 
+def with_answers(prompt: list[dict[str, str]], answers: list[str]) -> list[dict[str, str]]:
+    """`prompt` (one of `prompt_turns`) with the model's own `answers` inserted after each earlier user turn."""
+    out, users = [], 0
+    for message in prompt:
+        out.append(message)
+        if message["role"] == "user":
+            if users < len(answers):
+                out.append({"role": "assistant", "content": answers[users]})
+            users += 1
+    return out
+
+
 # ----------------------------------------------------------------------------------------------- sources
 
 

@@ -2,6 +2,8 @@
 
     draftsmith build-target --preset small --out DIR     train a toy target (CPU, no network)
     draftsmith data inspect --config RECIPE [k=v ...]    show rendered samples and trained tokens
+    draftsmith data regenerate --target DIR --data SRC --out FILE
+                                                         the target's own answers (distillation data)
     draftsmith train medusa --config RECIPE [k=v ...]    train Medusa heads (single process; use
                                                          `accelerate launch train/medusa.py` for several)
     draftsmith eval --target DIR --drafter CKPT|ngram|self|HF_DIR --data FILE
@@ -20,7 +22,11 @@ from collections.abc import Callable, Sequence
 
 from draftsmith.models.errors import run_main
 
-TRAIN_METHODS: dict[str, str] = {"medusa": "draftsmith.train.medusa", "eagle": "draftsmith.train.eagle"}
+TRAIN_METHODS: dict[str, str] = {
+    "medusa": "draftsmith.train.medusa",
+    "eagle": "draftsmith.train.eagle",
+    "distill": "draftsmith.train.distill",
+}
 
 
 def _train(argv: Sequence[str]) -> int:
@@ -41,13 +47,19 @@ def _train(argv: Sequence[str]) -> int:
 def _data(argv: Sequence[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: draftsmith data inspect --config RECIPE [KEY=VALUE ...] [--num-samples N] [--no-color]")
+        print("       draftsmith data regenerate --target DIR --data SRC --out FILE.jsonl [options]")
+        print("`draftsmith data ACTION --help` explains each action.")
         return 0 if argv else 2
-    if argv[0] != "inspect":
-        print(f"draftsmith data: unknown action {argv[0]!r}; available: inspect")
-        return 2
-    from draftsmith.scripts.inspect_data import main as inspect_main
+    if argv[0] == "inspect":
+        from draftsmith.scripts.inspect_data import main as inspect_main
 
-    return inspect_main(list(argv[1:]))
+        return inspect_main(list(argv[1:]))
+    if argv[0] == "regenerate":
+        from draftsmith.scripts.regenerate import main as regenerate_main
+
+        return regenerate_main(list(argv[1:]))
+    print(f"draftsmith data: unknown action {argv[0]!r}; available: inspect, regenerate")
+    return 2
 
 
 def _build_target(argv: Sequence[str]) -> int:
@@ -72,7 +84,7 @@ def _quickstart(argv: Sequence[str]) -> int:
 
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "build-target": (_build_target, "train a small Llama toy target on real text (CPU, deterministic)"),
-    "data": (_data, "inspect how a recipe's data renders: trained tokens and statistics"),
+    "data": (_data, "inspect a recipe's data; regenerate answers with the target"),
     "train": (_train, "train a drafter: draftsmith train medusa --config recipes/medusa/toy.yaml ..."),
     "eval": (_eval, "measure a drafter by real speculative decoding: tau, speedup, --min-tau gate"),
     "quickstart": (

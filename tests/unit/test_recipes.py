@@ -6,13 +6,14 @@ from importlib.resources import files
 from pathlib import Path
 
 from draftsmith.train.core.config import load_config
+from draftsmith.train.distill import DistillRecipe
 from draftsmith.train.eagle import EagleRecipe
 from draftsmith.train.medusa import MedusaRecipe
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPE_CLASSES = {"medusa": MedusaRecipe, "eagle": EagleRecipe}
+RECIPE_CLASSES = {"medusa": MedusaRecipe, "eagle": EagleRecipe, "distill": DistillRecipe}
 # Update when adding a recipe: a glob that silently finds fewer files than exist must fail.
-EXPECTED_RECIPES = 6
+EXPECTED_RECIPES = 8
 
 
 def test_every_recipe_parses():

@@ -25,11 +25,13 @@ def train_main(
     description: str,
     build_method: Callable[[Any, FrozenTarget, DataBundle], Method],
     report: Callable[[LoopResult, Method], str],
+    save: Callable[[Path, Any, FrozenTarget, dict[str, Any]], Path] | None = None,
 ) -> int:
     """Train the drafter `build_method(cfg, target, data)` returns, as the recipe `recipe_cls` says.
 
     Writes the run directory (checkpoints, metrics.jsonl) and `final/` with the held-out metrics, and prints
-    `report(result, method)` on the main process.
+    `report(result, method)` on the main process. `save(dir, model, target, extra)` writes `final/`
+    (default: a draftsmith drafter checkpoint).
     """
     parser = make_parser(recipe_cls, prog=prog, description=description)
     parser.add_argument(
@@ -60,9 +62,10 @@ def train_main(
             "heldout_at_start": result.initial_eval,
             "train": result.last_train,
         }
-        final = save_drafter(
-            output_dir / "final", method.model, target.identity(), extra={"training": summary}
-        )
+        if save is None:
+            final = save_drafter(output_dir / "final", method.model, target.identity(), {"training": summary})
+        else:
+            final = save(output_dir / "final", method.model, target, {"training": summary})
         print(report(result, method))
         print(f"drafter checkpoint: {final}")
     accelerator.wait_for_everyone()

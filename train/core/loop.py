@@ -110,6 +110,11 @@ class Method(Protocol):
         """Forward `model` on `batch`: `(loss sums [K], metric sums {name: [K]})`."""
         ...
 
+    # Optional hooks, looked up with getattr:
+    #   prepare_batch(model, batch, step, micro_batch_index, rank) -> batch   training batches only, before
+    #       token_counts (distillation's on-policy samples);
+    #   derived_metrics(record, prefix) -> dict                              metrics computed from a record.
+
 
 @dataclass
 class LoopResult:
@@ -280,6 +285,9 @@ def run_training(
     while step < total_steps:
         indices = schedule.micro_batches(step, accelerator.process_index)
         batches = list(_batches(train_dataset, indices, pad_id, accelerator.device))
+        prepare = getattr(method, "prepare_batch", None)  # e.g. on-policy samples replacing the data
+        if prepare is not None:
+            batches = [prepare(model, b, step, j, accelerator.process_index) for j, b in enumerate(batches)]
         batch_counts = [method.token_counts(b).to(accelerator.device) for b in batches]
         global_counts = accelerator.reduce(sum(batch_counts), "sum").clamp(min=1)  # per term, whole window
         for j, batch in enumerate(batches):

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from draftsmith.eval.acceptance import _messages_for_turn, main
+from draftsmith.eval.acceptance import main
 from draftsmith.models.checkpoint import save_drafter
+from draftsmith.models.conversations import with_answers
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.target import FrozenTarget, TargetConfig
 
@@ -65,7 +66,7 @@ def test_second_turn_is_conditioned_on_the_models_own_first_answer():
         {"role": "user", "content": "q1"},
         {"role": "user", "content": "q2"},
     ]
-    assert _messages_for_turn(prompt, ["a1"]) == [
+    assert with_answers(prompt, ["a1"]) == [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "q1"},
         {"role": "assistant", "content": "a1"},

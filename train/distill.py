@@ -1,0 +1,246 @@
+"""Distil a small draft LM to the frozen target (ALGORITHMS.md section 8: DistillSpec, GKD).
+
+    accelerate launch train/distill.py --config recipes/distill/toy.yaml target.path=DIR output_dir=OUT
+    draftsmith train distill --config recipes/distill/toy.yaml target.path=DIR output_dir=OUT [--resume]
+
+`distill.divergence` picks the objective on every answer position t (the draft's q and the target's p for
+token t+1, both at `distill.temperature`): fkl = KL(p||q), rkl = KL(q||p), jsd = JSD(beta), tvd (whose
+minimum is maximal acceptance), or ce = plain cross-entropy on the data's tokens (no target, the baseline).
+The data generator: the recipe's data as is (fixed), the target's own answers (point `data.train` at the
+output of `draftsmith data regenerate`: sequence-level KD), and with `distill.on_policy: lambda` a batch is
+replaced, with probability lambda, by the draft's own samples from its prompts, scored by the target
+online (GKD). Logged: `accept` = the expected acceptance sum_v min(p, q) per answer token (at the
+training temperature), `top1` = greedy agreement, and `tau_estimate` = the depth-5 chain tau those imply
+if acceptance were independent across depths (an ESTIMATE: the evaluator measures the real one).
+
+`final/` is a plain transformers model directory (plus the target's tokenizer and draftsmith.json), which
+`draftsmith eval --drafter OUT/final` and engines' draft-model methods load as is.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, save_draft_lm
+from draftsmith.models.eagle3 import shift_left
+from draftsmith.models.errors import run_main
+from draftsmith.models.losses import divergence
+from draftsmith.models.target import FrozenTarget, TargetConfig
+from draftsmith.train.core.data import DataBundle, DataConfig
+from draftsmith.train.core.entry import train_main
+from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+
+TAU_ESTIMATE_DEPTH = 5
+
+
+@dataclass
+class DistillConfig:
+    """The objective and the data generator (the `distill:` section)."""
+
+    divergence: Literal["fkl", "rkl", "jsd", "tvd", "ce"] = field(
+        default="fkl",
+        metadata={"help": "fkl | rkl | jsd | tvd against the target's distribution, or ce on data tokens."},
+    )
+    beta: float = field(
+        default=0.5, metadata={"help": "jsd: weight of the target p in m = beta p + (1-beta) q."}
+    )
+    temperature: float = field(
+        default=1.0,
+        metadata={"help": "Applied to target and draft alike: distil at the temperature you will decode at."},
+    )
+    on_policy: float = field(
+        default=0.0,
+        metadata={"help": "GKD lambda: probability that a training batch is the draft's own samples."},
+    )
+    sample_temperature: float = field(
+        default=1.0, metadata={"help": "on_policy: temperature of the draft's samples."}
+    )
+    max_new_tokens: int = field(default=128, metadata={"help": "on_policy: tokens sampled per prompt."})
+    vocab_chunk: int = field(default=8192, metadata={"help": "Vocabulary slice of the divergence (memory)."})
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.on_policy <= 1.0:
+            raise ValueError(f"distill.on_policy is a probability, got {self.on_policy}")
+        if self.divergence == "jsd" and not 0.0 < self.beta < 1.0:
+            raise ValueError(f"distill.beta must be in (0, 1) for jsd (0 / 1 are fkl / rkl), got {self.beta}")
+        if self.temperature <= 0 or self.sample_temperature <= 0:
+            raise ValueError("distill.temperature and distill.sample_temperature must be > 0")
+        if self.on_policy and self.divergence == "ce":
+            raise ValueError(
+                "distill.divergence=ce trains on data tokens; on-policy samples need a divergence"
+            )
+
+
+@dataclass
+class DistillRecipe:
+    """Everything a distillation run needs; YAML recipes under recipes/distill/ mirror it."""
+
+    output_dir: str = field(
+        default="runs/distill", metadata={"help": "Run directory (checkpoints, metrics, final/)."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed for initialisation, data split, order, sampling."})
+    target: TargetConfig = field(default_factory=TargetConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    draft: DraftLMConfig = field(default_factory=DraftLMConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+RECIPE = DistillRecipe
+
+
+def answer_positions(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Positions t whose next token t+1 is an answer token: where the draft's prediction is trained."""
+    return shift_left(batch["loss_mask"]).bool()
+
+
+class DistillMethod:
+    """The loop's view of distillation: one loss term over answer positions."""
+
+    def __init__(self, target: FrozenTarget, draft: nn.Module, cfg: DistillConfig, seed: int, pad_id: int):
+        self.target = target
+        self.model = draft
+        self.cfg = cfg
+        self.seed = seed
+        self.pad_id = pad_id
+        self.term_names = [cfg.divergence]
+        self.term_weights = torch.ones(1)
+        self.stop_ids = _stop_ids(target)
+
+    def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return answer_positions(batch).sum().float().reshape(1)
+
+    def loss_terms(
+        self, model: nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        m = answer_positions(batch)
+        draft_logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[m]
+        _, target_logits = self.target.forward(
+            batch["input_ids"], batch["attention_mask"], layer_ids=("final",), return_logits=True
+        )
+        assert target_logits is not None
+        target_logits = target_logits[m]
+        cfg = self.cfg
+        if cfg.divergence == "ce":
+            labels = shift_left(batch["input_ids"])[m]
+            loss = F.cross_entropy(draft_logits.float(), labels, reduction="sum")
+            with torch.no_grad():
+                _, accept = divergence(target_logits, draft_logits, "tvd", temperature=cfg.temperature)
+        else:
+            per_token, accept = divergence(
+                target_logits, draft_logits, cfg.divergence, beta=cfg.beta, temperature=cfg.temperature,
+                vocab_chunk=cfg.vocab_chunk,
+            )  # fmt: skip
+            loss = per_token.sum()
+        top1 = (draft_logits.argmax(-1) == target_logits.argmax(-1)).sum().float()
+        return loss.reshape(1), {"accept": accept.sum().reshape(1), "top1": top1.reshape(1)}
+
+    def prepare_batch(self, model: nn.Module, batch: dict[str, torch.Tensor], step: int, index: int,
+                      rank: int) -> dict[str, torch.Tensor]:  # fmt: skip
+        """GKD: with probability `on_policy`, replace the batch's answers by the draft's own samples."""
+        if self.cfg.on_policy <= 0:
+            return batch
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed * 1_000_003 + step * 1_009 + index * 17 + rank)
+            if float(torch.rand(())) >= self.cfg.on_policy:
+                return batch
+            return self._on_policy(model.module if hasattr(model, "module") else model, batch)
+
+    @torch.no_grad()
+    def _on_policy(self, draft: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        ids, loss_mask = batch["input_ids"], batch["loss_mask"].bool()
+        max_len = ids.shape[1]
+        prompts = []
+        for row, mask, attn in zip(ids, loss_mask, batch["attention_mask"].bool(), strict=True):
+            first = int(mask.float().argmax()) if mask.any() else int(attn.sum())  # the first answer token
+            prompts.append(row[:first].tolist())
+        keep = [len(p) > 0 and len(p) < max_len for p in prompts]
+        if not any(keep):
+            return batch
+        live = [p for p, k in zip(prompts, keep, strict=True) if k]
+        width = max(len(p) for p in live)
+        padded = torch.full((len(live), width), self.pad_id, dtype=torch.long, device=ids.device)
+        attn = torch.zeros_like(padded)
+        for i, p in enumerate(live):
+            padded[i, width - len(p) :] = torch.tensor(p, device=ids.device)
+            attn[i, width - len(p) :] = 1
+        was_training = draft.training
+        draft.eval()
+        out = draft.generate(
+            input_ids=padded, attention_mask=attn, do_sample=True, temperature=self.cfg.sample_temperature,
+            top_p=None, top_k=None, max_new_tokens=max(1, min(self.cfg.max_new_tokens, max_len - width)),
+            pad_token_id=self.pad_id, eos_token_id=sorted(self.stop_ids),
+        )[:, width:].tolist()  # fmt: skip
+        draft.train(was_training)
+        rows, masks = [], []
+        samples = iter(out)
+        for p, k in zip(prompts, keep, strict=True):
+            new = next(samples) if k else []
+            cut = next((j + 1 for j, t in enumerate(new) if t in self.stop_ids), len(new))  # keep the stop
+            new = new[: min(cut, max_len - len(p))]
+            rows.append(p + new)
+            masks.append([0] * len(p) + [1] * len(new))
+        width = max(len(r) for r in rows)
+        pad = lambda xs, v: [x + [v] * (width - len(x)) for x in xs]  # noqa: E731
+        return {
+            "input_ids": torch.tensor(pad(rows, self.pad_id), device=ids.device),
+            "attention_mask": torch.tensor(pad([[1] * len(r) for r in rows], 0), device=ids.device),
+            "loss_mask": torch.tensor(pad(masks, 0), device=ids.device),
+        }
+
+    def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
+        """`tau_estimate` = sum_{d=0..5} alpha^d with alpha the mean expected acceptance (i.i.d. estimate)."""
+        alpha = record.get(f"{prefix}/{self.term_names[0]}/accept")
+        if alpha is None:
+            return {}
+        return {f"{prefix}/tau_estimate": sum(alpha**d for d in range(TAU_ESTIMATE_DEPTH + 1))}
+
+
+def _stop_ids(target: FrozenTarget) -> set[int]:
+    from draftsmith.eval.decoder import stop_token_ids
+
+    return stop_token_ids(target)
+
+
+def build_method(cfg: DistillRecipe, target: FrozenTarget, data: DataBundle) -> DistillMethod:
+    draft = build_draft_lm(cfg.draft, target)
+    pad_id = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
+    return DistillMethod(target, draft, cfg.distill, cfg.seed, pad_id)
+
+
+def format_report(metrics: dict[str, float], term: str, start: dict[str, float] | None = None) -> str:
+    """Held-out expected acceptance, greedy agreement and loss (start -> end)."""
+    start = start or {}
+    rows = ["| metric | value |", "|---|---|"]
+    for label, key in (
+        ("expected acceptance sum min(p, q)", f"eval/{term}/accept"),
+        ("greedy agreement (top-1)", f"eval/{term}/top1"),
+        (f"{term} loss", f"eval/{term}/loss"),
+        ("tau estimate (depth 5, i.i.d.)", "eval/tau_estimate"),
+    ):
+        if key in metrics:
+            begin = f"{start[key]:.3f} -> " if key in start else ""
+            rows.append(f"| {label} | {begin}{metrics[key]:.3f} |")
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return train_main(
+        DistillRecipe, argv, "draftsmith train distill", __doc__ or "", build_method,
+        lambda result, method: format_report(result.eval, method.term_names[0], result.initial_eval),
+        save=save_draft_lm,
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
