@@ -89,3 +89,20 @@ def test_resume_with_other_sampling_settings_is_refused(tiny_toy_target, data, t
     run(tiny_toy_target, data, out, "--max-samples", "1")
     with pytest.raises(ValueError, match="same settings"):
         run(tiny_toy_target, data, out, "--temperature", "0.3")
+
+
+def test_regenerated_file_is_training_data_for_every_recipe(tiny_toy_target, data, tmp_path):
+    """The output goes straight into `data.train`: its trained tokens are exactly the target's answers."""
+    from draftsmith.train.core.data import DataConfig, build_datasets
+
+    out = tmp_path / "out.jsonl"
+    run(tiny_toy_target, data, out, "--temperature", "0", "--max-samples", "2")
+    target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target)))
+    bundle = build_datasets(DataConfig(train=[str(out)], eval=[str(out)]), target.tokenizer, seed=0, progress=False)
+    rows = [json.loads(line) for line in out.open()]
+    assert len(bundle.train) == len(rows) == 2
+    for i, row in enumerate(rows):
+        sample = bundle.train[i]
+        trained = target.tokenizer.decode(sample["input_ids"][sample["loss_mask"].bool()], skip_special_tokens=True)
+        for answer in (m["content"] for m in row["messages"] if m["role"] == "assistant"):
+            assert answer in trained
