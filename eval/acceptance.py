@@ -149,14 +149,14 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
     """
     from tqdm.auto import tqdm
 
-    from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode, stop_token_ids
+    from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
     from draftsmith.eval.drafters import load_drafter_spec
     from draftsmith.eval.report import TurnResult, per_prompt_rows, summarize
     from draftsmith.eval.sampling import Sampling
     from draftsmith.eval.tree import parse_tree
     from draftsmith.models.chat_render import render_prompt
     from draftsmith.models.conversations import prompt_turns, read_conversations, with_answers
-    from draftsmith.models.target import FrozenTarget, TargetConfig
+    from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
 
     sampling = Sampling(args.temperature, args.top_p, args.top_k)
     if args.check_lossless and not sampling.greedy:

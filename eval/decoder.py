@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from draftsmith.models.target import FrozenTarget
+from draftsmith.models.target import FrozenTarget, stop_token_ids
 
 from .drafters.base import Drafter, check_depth
 from .kv_cache import keep_path
@@ -55,20 +55,6 @@ class Generation:
     def step_tokens(self) -> int:
         """Tokens committed by verification steps (all new tokens but the prefill's)."""
         return sum(s.committed for s in self.steps)
-
-
-def stop_token_ids(target: FrozenTarget) -> set[int]:
-    """End-of-sequence ids: the tokenizer's eos plus the generation config's (an int or a list)."""
-    ids: set[int] = set()
-    for value in (
-        target.tokenizer.eos_token_id,
-        getattr(target.model.generation_config, "eos_token_id", None),
-    ):
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(int(v) for v in value)
-    return ids
 
 
 def pick(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:

@@ -204,6 +204,20 @@ def _capture_input(store: dict[LayerId, torch.Tensor], lid: LayerId) -> Any:
     return hook
 
 
+def stop_token_ids(target: FrozenTarget) -> set[int]:
+    """End-of-sequence ids: the tokenizer's eos plus the generation config's (an int or a list)."""
+    ids: set[int] = set()
+    for value in (
+        target.tokenizer.eos_token_id,
+        getattr(target.model.generation_config, "eos_token_id", None),
+    ):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids
+
+
 def check_target_identity(expected: dict[str, Any], actual: dict[str, Any], what: str) -> None:
     """Refuse to pair a drafter with a target other than the one it was trained for.
 

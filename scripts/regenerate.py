@@ -127,10 +127,9 @@ def regenerate(args: argparse.Namespace) -> dict[str, int]:
     """Run the regeneration `args` describe; returns the counts (written, failed, skipped, input)."""
     from transformers import GenerationConfig
 
-    from draftsmith.eval.decoder import stop_token_ids
     from draftsmith.models.chat_render import render_prompt
     from draftsmith.models.conversations import prompt_turns, read_conversations, with_answers
-    from draftsmith.models.target import FrozenTarget, TargetConfig
+    from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
 
     sampling = Sampling(args.temperature, args.top_p, args.top_k, args.max_new_tokens, args.seed)
     if sampling.temperature < 0 or not 0 < sampling.top_p <= 1 or sampling.max_new_tokens < 1:

@@ -32,7 +32,7 @@ from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, save_draft
 from draftsmith.models.eagle3 import shift_left
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import divergence
-from draftsmith.models.target import FrozenTarget, TargetConfig
+from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
@@ -115,7 +115,7 @@ class DistillMethod:
         self.pad_id = pad_id
         self.term_names = [cfg.divergence]
         self.term_weights = torch.ones(1)
-        self.stop_ids = _stop_ids(target)
+        self.stop_ids = stop_token_ids(target)
 
     def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return answer_positions(batch).sum().float().reshape(1)
@@ -204,12 +204,6 @@ class DistillMethod:
         if alpha is None:
             return {}
         return {f"{prefix}/tau_estimate": sum(alpha**d for d in range(TAU_ESTIMATE_DEPTH + 1))}
-
-
-def _stop_ids(target: FrozenTarget) -> set[int]:
-    from draftsmith.eval.decoder import stop_token_ids
-
-    return stop_token_ids(target)
 
 
 def build_method(cfg: DistillRecipe, target: FrozenTarget, data: DataBundle) -> DistillMethod:

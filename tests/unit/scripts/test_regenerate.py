@@ -7,10 +7,9 @@ import json
 import pytest
 import torch
 
-from draftsmith.eval.decoder import stop_token_ids
 from draftsmith.models.chat_render import render_prompt
 from draftsmith.models.conversations import prompt_turns, read_conversations, with_answers
-from draftsmith.models.target import FrozenTarget, TargetConfig
+from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
 from draftsmith.scripts.regenerate import build_parser, regenerate
 
 N = 5
@@ -98,11 +97,15 @@ def test_regenerated_file_is_training_data_for_every_recipe(tiny_toy_target, dat
     out = tmp_path / "out.jsonl"
     run(tiny_toy_target, data, out, "--temperature", "0", "--max-samples", "2")
     target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target)))
-    bundle = build_datasets(DataConfig(train=[str(out)], eval=[str(out)]), target.tokenizer, seed=0, progress=False)
+    bundle = build_datasets(
+        DataConfig(train=[str(out)], eval=[str(out)]), target.tokenizer, seed=0, progress=False
+    )
     rows = [json.loads(line) for line in out.open()]
     assert len(bundle.train) == len(rows) == 2
     for i, row in enumerate(rows):
         sample = bundle.train[i]
-        trained = target.tokenizer.decode(sample["input_ids"][sample["loss_mask"].bool()], skip_special_tokens=True)
+        trained = target.tokenizer.decode(
+            sample["input_ids"][sample["loss_mask"].bool()], skip_special_tokens=True
+        )
         for answer in (m["content"] for m in row["messages"] if m["role"] == "assistant"):
             assert answer in trained
