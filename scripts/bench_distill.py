@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             r = evaluate(
                 EvalArgs(target=args.target, drafter=str(ckpt), data="stdlib:heldout",
                          num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, depth=args.depth,
-                         temperature=temperature, baseline=False, check_lossless=temperature == 0,
+                         temperature=temperature, baseline=temperature == 0, check_lossless=temperature == 0,
                          progress=False),
                 target, drafter,
             )  # fmt: skip

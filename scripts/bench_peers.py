@@ -156,7 +156,7 @@ def main() -> int:
                 r = evaluate(
                     EvalArgs(target=args.target, drafter=str(ckpt), data="stdlib:heldout",
                              num_prompts=args.num_prompts, max_new_tokens=96, depth=5, tree=tree,
-                             temperature=temperature, check_lossless=temperature == 0, baseline=False,
+                             temperature=temperature, check_lossless=temperature == 0, baseline=temperature == 0,
                              progress=False),
                     target, drafter,
                 )  # fmt: skip
