@@ -25,6 +25,13 @@ DIVERGENCES = ("ce", "fkl", "rkl", "jsd", "tvd")
 DATA = ("fixed", "regenerated", "on-policy")
 
 
+def trained_tokens(metrics_file: Path) -> int:
+    """Answer positions the loss saw over the run (the sum of the logged training windows)."""
+    from draftsmith.train.core.metrics import read_metrics
+
+    return int(sum(r.get("train/tokens", 0) for r in read_metrics(metrics_file)))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", required=True, help="toy target directory (small preset)")
@@ -77,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         if metrics.is_file():
             heldout = json.loads(metrics.read_text()).get("training", {}).get("heldout", {})
             row["heldout_accept"] = heldout.get(f"eval/{name}/accept")
+            row["trained_tokens"] = trained_tokens(ckpt.parent / "metrics.jsonl")
         print(json.dumps(row), flush=True)
         with results_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
@@ -103,7 +111,33 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             distill.main(overrides)
             measure(name, data, run_dir / "final", time.perf_counter() - t0)
+    rows = [json.loads(line) for line in results_path.read_text().splitlines()]
+    print(format_table(rows))
     return 0
+
+
+def format_table(rows: list[dict]) -> str:
+    """Markdown: one row per divergence, T=0 / T=1 tau for each data generator."""
+    cell = {(r["divergence"], r["data"]): r for r in rows}
+    head = "| divergence | " + " | ".join(f"{d} T=0 | {d} T=1" for d in DATA) + " |"
+    lines = [head, "|---" * (1 + 2 * len(DATA)) + "|"]
+    for name in ("none", *DIVERGENCES):
+        data = ("copied",) if name == "none" else DATA
+        if not any((name, d) in cell for d in data):
+            continue
+        values = []
+        for d in DATA:
+            r = cell.get(("none", "copied") if name == "none" and d == "fixed" else (name, d))
+            values += (
+                [f"{r['tau_T0']:.3f}", f"{r['tau_T1']:.3f}"]
+                if r
+                else ["", ""]
+                if name == "none"
+                else ["n/a", "n/a"]
+            )
+        label = "untrained (copied layer)" if name == "none" else name
+        lines.append(f"| {label} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
