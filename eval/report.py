@@ -5,6 +5,8 @@ tau                 tokens committed per verification forward, bonus/correction 
 alpha               accepted draft tokens / draft tokens sent for verification (every tree node counts)
 acceptance_by_depth P(a draft token at depth d is accepted | the path was accepted to depth d-1), over the
                     steps whose tree reached depth d
+tau_stderr          standard error of tau over the answers (delta method for the ratio estimator, each
+                    answer one cluster of steps): the noise of tau from the choice of prompts
 target_forwards     prefill + verification forwards of the target
 """
 
@@ -38,6 +40,17 @@ def acceptance_by_depth(generations: Sequence[Generation]) -> list[float | None]
     return rates
 
 
+def tau_stderr(generations: Sequence[Generation]) -> float | None:
+    """Standard error of tau = sum c_i / sum n_i (c_i tokens over n_i steps of answer i), delta method:
+    sqrt(k / (k - 1) * sum (c_i - tau n_i)^2) / sum n_i. None with fewer than 2 answers."""
+    pairs = [(g.step_tokens, len(g.steps)) for g in generations]
+    k, steps = len(pairs), sum(n for _, n in pairs)
+    if k < 2 or steps == 0:
+        return None
+    tau = sum(c for c, _ in pairs) / steps
+    return (k / (k - 1) * sum((c - tau * n) ** 2 for c, n in pairs)) ** 0.5 / steps
+
+
 def _rate(num: float, den: float) -> float | None:
     return num / den if den else None
 
@@ -57,6 +70,7 @@ def summarize(turns: Sequence[TurnResult]) -> dict[str, Any]:
     verify_s = sum(s.verify_s for s in steps)
     return {
         "tau": _rate(sum(s.committed for s in steps), len(steps)),
+        "tau_stderr": tau_stderr(gens),
         "alpha": _rate(sum(s.accepted for s in steps), sum(s.draft_tokens for s in steps)),
         "acceptance_by_depth": acceptance_by_depth(gens),
         "target_forwards": len(gens) + len(steps),
@@ -102,6 +116,7 @@ def markdown(report: dict[str, Any]) -> str:
         ("temperature / top-p / top-k", f"{s['temperature']} / {s['top_p']} / {s['top_k']}"),
         ("prompts (turns)", f"{report['num_prompts']} ({report['num_turns']})"),
         ("tau (tokens per verification forward)", _fmt(report["tau"])),
+        ("tau standard error (over answers)", _fmt(report["tau_stderr"])),
         ("alpha (accepted / drafted)", _fmt(report["alpha"])),
         ("acceptance by depth", " ".join(_fmt(a, 2) for a in report["acceptance_by_depth"]) or "-"),
         ("target forwards (prefill + verify)", report["target_forwards"]),
