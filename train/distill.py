@@ -184,8 +184,13 @@ class DistillMethod:
         draft.train(was_training)
         rows, masks = [], []
         samples = iter(out)
-        for p, k in zip(prompts, keep, strict=True):
-            new = next(samples) if k else []
+        for i, (p, k) in enumerate(zip(prompts, keep, strict=True)):
+            if not k:  # no prompt before its first answer token (e.g. a text document): kept as it was
+                n = int(batch["attention_mask"][i].sum())
+                rows.append(ids[i, :n].tolist())
+                masks.append(batch["loss_mask"][i, :n].long().tolist())
+                continue
+            new = next(samples)
             cut = next((j + 1 for j, t in enumerate(new) if t in self.stop_ids), len(new))  # keep the stop
             new = new[: min(cut, max_len - len(p))]
             rows.append(p + new)

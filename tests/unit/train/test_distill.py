@@ -75,6 +75,14 @@ def test_on_policy_batch_keeps_prompts_and_trains_only_the_drafts_samples(method
         n = int(new["loss_mask"][row].sum())
         assert 1 <= n <= 4 and new["loss_mask"][row, first : first + n].all()
         assert int(new["attention_mask"][row].sum()) == first + n
+    text = {k: v.clone() for k, v in b.items()}
+    text["loss_mask"][1] = text["attention_mask"][1]  # a text document: trained from its first token
+    mixed = method.prepare_batch(method.model, text, step=3, index=0, rank=0)
+    assert torch.equal(mixed["input_ids"][1, :7], b["input_ids"][1, :7])  # kept as it was
+    assert (
+        torch.equal(mixed["loss_mask"][1, :7], text["loss_mask"][1, :7])
+        and mixed["loss_mask"][1, 7:].sum() == 0
+    )
     method.cfg = DistillConfig(divergence="rkl", on_policy=0.0)
     assert method.prepare_batch(method.model, b, step=3, index=0, rank=0) is b
 
