@@ -17,6 +17,7 @@ _BUILTIN_MODULES = {  # kind -> module that registers it
     "medusa": "draftsmith.models.medusa",
     "eagle": "draftsmith.models.eagle",
     "eagle3": "draftsmith.models.eagle3",
+    "mtp": "draftsmith.models.mtp",
 }
 
 

@@ -6,7 +6,7 @@
                                                          the target's own answers (distillation data)
     draftsmith train medusa --config RECIPE [k=v ...]    train Medusa heads (single process; use
                                                          `accelerate launch train/medusa.py` for several)
-    draftsmith train eagle|distill --config RECIPE ...   EAGLE-1/3 heads; a distilled draft LM
+    draftsmith train eagle|mtp|distill --config RECIPE   EAGLE-1/3 heads, MTP modules, a distilled LM
     draftsmith eval --target DIR --drafter CKPT|ngram|self|HF_DIR --data FILE
                                                          speculative decoding on held-out prompts: tau,
                                                          speedup, lossless check, deployment gate
@@ -27,6 +27,7 @@ TRAIN_METHODS: dict[str, str] = {
     "medusa": "draftsmith.train.medusa",
     "eagle": "draftsmith.train.eagle",
     "distill": "draftsmith.train.distill",
+    "mtp": "draftsmith.train.mtp",
 }
 
 
@@ -86,7 +87,7 @@ def _quickstart(argv: Sequence[str]) -> int:
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "build-target": (_build_target, "train a small Llama toy target on real text (CPU, deterministic)"),
     "data": (_data, "inspect a recipe's data; regenerate answers with the target"),
-    "train": (_train, "train a drafter (medusa, eagle, distill): draftsmith train medusa --config ..."),
+    "train": (_train, "train a drafter (medusa, eagle, mtp, distill): draftsmith train medusa --config ..."),
     "eval": (_eval, "measure a drafter by real speculative decoding: tau, speedup, --min-tau gate"),
     "quickstart": (
         _quickstart,

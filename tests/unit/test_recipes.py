@@ -9,11 +9,12 @@ from draftsmith.train.core.config import load_config
 from draftsmith.train.distill import DistillRecipe
 from draftsmith.train.eagle import EagleRecipe
 from draftsmith.train.medusa import MedusaRecipe
+from draftsmith.train.mtp import MTPRecipe
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPE_CLASSES = {"medusa": MedusaRecipe, "eagle": EagleRecipe, "distill": DistillRecipe}
+RECIPE_CLASSES = {"medusa": MedusaRecipe, "eagle": EagleRecipe, "distill": DistillRecipe, "mtp": MTPRecipe}
 # Update when adding a recipe: a glob that silently finds fewer files than exist must fail.
-EXPECTED_RECIPES = 8
+EXPECTED_RECIPES = 9
 
 
 def test_every_recipe_parses():

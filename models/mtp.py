@@ -1,0 +1,131 @@
+"""DeepSeek-V3-style multi-token-prediction (MTP) modules on a frozen target (ALGORITHMS.md section 7.1).
+
+D sequential modules. Module k (k = 1..D) at column i reads the previous module's output h^{k-1}_i (h^0: the
+target's last residual stream, canonical id L, pre-norm) and the embedding of token t_{i+k}:
+
+    h'_i = eh_proj(cat(enorm(embed(t_{i+k})), hnorm(h^{k-1}_i)))     embedding FIRST, as released checkpoints
+    h^k  = block_k(h')                                                 one decoder layer of the target's class,
+                                                                       causal over the columns
+    logits^k_i = lm_head(shared_head_norm_k(h^k_i))  -> t_{i+k+1}      the target's embedding and head, frozen
+
+Loss: (lambda / D) * sum_k CE(logits^k_i, t_{i+k+1}) over the columns whose predicted token is an answer
+token. Nothing is copied from transformers' modeling files: the block is the target's own decoder-layer
+class (with its input norm: MTP blocks are full transformer blocks), built from the target's config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .eagle import FrozenParts, causal_mask, draft_layer_config, target_classes
+from .registry import register_drafter
+
+
+@dataclass
+class MTPConfig:
+    """MTP hyper-parameters (the `model:` section of recipes/mtp/*.yaml)."""
+
+    num_modules: int = field(default=2, metadata={"help": "D: sequential modules; module k predicts t+k+1."})
+    loss_weight: float = field(default=1.0, metadata={"help": "lambda: the loss is lambda/D * sum_k CE_k."})
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_modules <= 4:
+            raise ValueError(f"model.num_modules must be 1..4, got {self.num_modules}")
+        if self.loss_weight <= 0:
+            raise ValueError(f"model.loss_weight must be > 0, got {self.loss_weight}")
+
+
+def shift_tokens(input_ids: torch.Tensor, k: int) -> torch.Tensor:
+    """Column i holds t_{i+k}; the last k columns (no such token) hold 0 and are never trained."""
+    if k == 0:
+        return input_ids
+    return torch.cat([input_ids[:, k:], torch.zeros_like(input_ids[:, :k])], dim=1)
+
+
+class MTPModule(nn.Module):
+    """One depth: enorm, hnorm, eh_proj, a full decoder block, and its own final norm."""
+
+    def __init__(self, target_config: Any):
+        super().__init__()
+        config = draft_layer_config(target_config)
+        layer_cls, rotary_cls = target_classes(config)
+        H = int(config.hidden_size)
+        self.block = layer_cls(config, layer_idx=0)
+        norm_cls = type(self.block.input_layernorm)
+        eps = float(getattr(config, "rms_norm_eps", 1e-6))
+        self.enorm = norm_cls(H, eps=eps)
+        self.hnorm = norm_cls(H, eps=eps)
+        self.eh_proj = nn.Linear(2 * H, H, bias=False)
+        self.shared_head_norm = norm_cls(H, eps=eps)
+        self.rotary_emb = rotary_cls(config=config)
+
+    def forward(
+        self, hidden: torch.Tensor, embeds: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        x = self.eh_proj(torch.cat([self.enorm(embeds), self.hnorm(hidden)], dim=-1))
+        out = self.block(
+            x, attention_mask=mask, position_ids=position_ids,
+            position_embeddings=self.rotary_emb(x, position_ids),
+        )  # fmt: skip
+        return out[0] if isinstance(out, tuple) else out
+
+
+@register_drafter("mtp")
+class MTPDraft(nn.Module):
+    """D MTP modules sharing the target's frozen embedding and LM head (attached, never saved).
+
+    Args:
+        config: hyper-parameters.
+        target_config: the target's transformers config (block shape, rotary settings).
+        vocab_size: the target's vocabulary size (the head is the target's).
+    """
+
+    def __init__(self, config: MTPConfig, target_config: Any, vocab_size: int):
+        super().__init__()
+        self.config = config
+        self.target_config = target_config
+        self.vocab_size = vocab_size
+        self.draft_vocab_size = vocab_size
+        self.feature_layers = (int(target_config.num_hidden_layers),)  # the last residual stream, pre-norm
+        self.layers = nn.ModuleList(MTPModule(target_config) for _ in range(config.num_modules))
+        self.frozen: FrozenParts | None = None
+
+    def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module) -> None:
+        self.frozen = FrozenParts(embed_tokens, lm_head)
+
+    def _parts(self) -> FrozenParts:
+        if self.frozen is None:
+            raise RuntimeError("attach_target(embed_tokens, lm_head) must be called before the forward")
+        return self.frozen
+
+    def extra_checkpoint_config(self) -> dict[str, Any]:
+        return {"target_config": self.target_config.to_dict()}
+
+    @classmethod
+    def from_checkpoint_config(cls, drafter_config: MTPConfig, saved: dict[str, Any]) -> MTPDraft:
+        from transformers import AutoConfig
+
+        raw = dict(saved["target_config"])
+        target_config = AutoConfig.for_model(raw.pop("model_type"), **raw)
+        return cls(drafter_config, target_config, int(saved["draft_vocab_size"]))
+
+    def logits(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
+        """Module k's (1-based) logits over the target vocabulary from its output `[.., H]`."""
+        return self._parts().lm_head(self.layers[k - 1].shared_head_norm(hidden))
+
+    def forward(self, features: torch.Tensor, input_ids: torch.Tensor) -> list[torch.Tensor]:
+        """All depths, teacher-forced: `features [B, T, H]` (h^0), `input_ids [B, T]` -> D logits `[B, T, V]`;
+        entry k-1 at column i predicts t_{i+k+1}."""
+        B, T = input_ids.shape
+        mask = causal_mask(T, features.dtype, features.device)
+        positions = torch.arange(T, device=features.device)[None].expand(B, T)
+        hidden, out = features, []
+        for k in range(1, self.config.num_modules + 1):
+            embeds = self._parts().embed_tokens(shift_tokens(input_ids, k)).to(features.dtype)
+            hidden = self.layers[k - 1](hidden, embeds, positions, mask)
+            out.append(self.logits(k, hidden))
+        return out
