@@ -115,7 +115,8 @@ class MTPDraft(nn.Module):
 
     def logits(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
         """Module k's (1-based) logits over the target vocabulary from its output `[.., H]`."""
-        return self._parts().lm_head(self.layers[k - 1].shared_head_norm(hidden))
+        module: Any = self.layers[k - 1]
+        return self._parts().lm_head(module.shared_head_norm(hidden))
 
     def forward(self, features: torch.Tensor, input_ids: torch.Tensor) -> list[torch.Tensor]:
         """All depths, teacher-forced: `features [B, T, H]` (h^0), `input_ids [B, T]` -> D logits `[B, T, V]`;

@@ -2,7 +2,7 @@
 
 ngram           prompt lookup, no model
 self            the target drafting for itself (a sanity check: tau = depth + 1 at T=0 and T=1)
-DIR             a draftsmith checkpoint (config.json with "kind"), e.g. a training run's final/
+DIR             a draftsmith checkpoint (config.json with "kind": medusa, eagle, eagle3, mtp), e.g. a run's final/
 DIR or HUB_ID   any Hugging Face causal LM with the target's tokenizer (draft_lm)
 """
 
@@ -18,9 +18,12 @@ from .base import Drafter
 from .draft_lm import LMDrafter
 from .eagle import EagleDrafter
 from .medusa import MedusaDrafter
+from .mtp import MTPDrafter
 from .ngram import NgramDrafter
 
-__all__ = ["Drafter", "EagleDrafter", "LMDrafter", "MedusaDrafter", "NgramDrafter", "load_drafter_spec"]
+__all__ = [
+    "Drafter", "EagleDrafter", "LMDrafter", "MedusaDrafter", "MTPDrafter", "NgramDrafter", "load_drafter_spec",
+]  # fmt: skip
 
 
 def load_drafter_spec(spec: str, target: FrozenTarget, ngram_max: int = 3, ngram_min: int = 1) -> Drafter:
@@ -54,6 +57,8 @@ def _draftsmith_checkpoint(path: Path, target: FrozenTarget) -> Drafter:
         return MedusaDrafter(model)
     if config["kind"] in ("eagle", "eagle3"):
         return EagleDrafter(model)
+    if config["kind"] == "mtp":
+        return MTPDrafter(model)
     raise ValueError(
         f"{path}: drafter kind {config['kind']!r} has no evaluator support in this draftsmith version"
     )

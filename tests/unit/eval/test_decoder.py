@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
-from draftsmith.eval.drafters import EagleDrafter, LMDrafter, MedusaDrafter, NgramDrafter
+from draftsmith.eval.drafters import EagleDrafter, LMDrafter, MedusaDrafter, MTPDrafter, NgramDrafter
 from draftsmith.eval.report import TurnResult, summarize
 from draftsmith.eval.sampling import Sampling
 from draftsmith.eval.tree import parse_tree
@@ -18,6 +18,7 @@ from draftsmith.models.draft_lm import draft_from_target
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
+from draftsmith.models.mtp import MTPConfig, MTPDraft
 from draftsmith.models.target import FrozenTarget, TargetConfig
 
 MAX_NEW = 24
@@ -50,14 +51,23 @@ def make_drafter(kind: str, target: FrozenTarget):
         draft = cls(EagleConfig(version=1 if kind == "eagle" else 3), target.model.config, target.vocab_size)
         draft.attach_target(target.embed_tokens, target.lm_head)
         return EagleDrafter(draft)
+    if kind == "mtp":
+        torch.manual_seed(0)
+        mtp = MTPDraft(MTPConfig(num_modules=3), target.model.config, target.vocab_size)
+        mtp.attach_target(target.embed_tokens, target.lm_head)
+        return MTPDrafter(mtp)
     return LMDrafter(target.model, name="self")
 
 
 KINDS = ["ngram", "medusa", "draft_lm", "self", "eagle", "eagle3"]
-CASES = [(k, t) for k in KINDS for t in ("chain", "topk:2", "paths")] + [
-    (k, "dynamic:3:8")
-    for k in ("eagle", "eagle3")  # dynamic trees need the draft's own confidences
-]
+CASES = (
+    [(k, t) for k in KINDS for t in ("chain", "topk:2", "paths")]
+    + [
+        (k, "dynamic:3:8")
+        for k in ("eagle", "eagle3")  # dynamic trees need the draft's own confidences
+    ]
+    + [("mtp", "chain")]
+)
 
 
 @pytest.mark.parametrize(("kind", "tree"), CASES)
