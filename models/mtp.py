@@ -11,6 +11,19 @@ target's last residual stream, canonical id L, pre-norm) and the embedding of to
 Loss: (lambda / D) * sum_k CE(logits^k_i, t_{i+k+1}) over the columns whose predicted token is an answer
 token. Nothing is copied from transformers' modeling files: the block is the target's own decoder-layer
 class (with its input norm: MTP blocks are full transformer blocks), built from the target's config.
+
+Export layout (`nextn_state_dict`), DeepSeek-V3's `num_nextn_predict_layers` style: module k (1-based) of a
+target with L layers is the extra decoder layer `model.layers.{L + k - 1}`:
+
+    model.layers.{n}.enorm.weight / hnorm.weight           the two RMSNorms (embedding, hidden)
+    model.layers.{n}.eh_proj.weight [H, 2H]                 input = cat(enorm(emb), hnorm(h)), embedding first
+    model.layers.{n}.input_layernorm.weight, self_attn.*, post_attention_layernorm.weight, mlp.*   the block
+    model.layers.{n}.shared_head.norm.weight                the module's final norm
+    model.layers.{n}.shared_head.head.weight [V, H]         the target's LM head (a copy, bit-identical)
+    model.layers.{n}.embed_tokens.weight [V, H]             the target's embedding (a copy, bit-identical)
+
+with `num_nextn_predict_layers: D` in the config. `load_nextn_state_dict` reads it back and refuses a
+missing or unknown tensor, or a shared tensor that is not the target's.
 """
 
 from __future__ import annotations
@@ -130,3 +143,57 @@ class MTPDraft(nn.Module):
             hidden = self.layers[k - 1](hidden, embeds, positions, mask)
             out.append(self.logits(k, hidden))
         return out
+
+
+_SHARED = {"shared_head.head.weight": "lm_head", "embed_tokens.weight": "embed_tokens"}
+
+
+def nextn_state_dict(draft: MTPDraft) -> dict[str, torch.Tensor]:
+    """The DeepSeek nextn layout of `draft` (module docstring), with the shared tensors copied in."""
+    L = int(draft.target_config.num_hidden_layers)
+    parts = draft._parts()
+    out: dict[str, torch.Tensor] = {}
+    for k, module in enumerate(draft.layers):
+        prefix = f"model.layers.{L + k}."
+        for name, tensor in module.state_dict().items():
+            if name.startswith("rotary_emb."):
+                continue
+            name = name.removeprefix("block.").replace("shared_head_norm.", "shared_head.norm.")
+            out[prefix + name] = tensor.detach().clone()
+        out[prefix + "shared_head.head.weight"] = parts.lm_head.weight.detach().clone()
+        out[prefix + "embed_tokens.weight"] = parts.embed_tokens.weight.detach().clone()
+    return out
+
+
+def load_nextn_state_dict(draft: MTPDraft, state: dict[str, torch.Tensor]) -> None:
+    """Load a nextn-layout state dict into `draft` (attached to its target), validating it.
+
+    Raises:
+        ValueError: a missing or unexpected tensor, a wrong shape, or shared tensors that differ from the
+            target's embedding / LM head (an export with a random embed_tokens runs at tau ~1 in engines).
+    """
+    L = int(draft.target_config.num_hidden_layers)
+    parts = draft._parts()
+    expected = nextn_state_dict(draft)
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"nextn state dict: missing {missing[:4]}, unexpected {unexpected[:4]}")
+    for key, tensor in state.items():
+        if tensor.shape != expected[key].shape:
+            raise ValueError(
+                f"nextn state dict: {key} has shape {tuple(tensor.shape)}, expected {tuple(expected[key].shape)}"
+            )
+    for k, module in enumerate(draft.layers):
+        prefix = f"model.layers.{L + k}."
+        for name, attr in _SHARED.items():
+            if not torch.equal(
+                state[prefix + name].to(getattr(parts, attr).weight), getattr(parts, attr).weight
+            ):
+                raise ValueError(f"nextn state dict: {prefix + name} is not the target's {attr}")
+        own = {}
+        for name in module.state_dict():
+            if name.startswith("rotary_emb."):
+                continue
+            exported = name.removeprefix("block.").replace("shared_head_norm.", "shared_head.norm.")
+            own[name] = state[prefix + exported]
+        module.load_state_dict(own, strict=False)

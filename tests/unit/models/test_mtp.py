@@ -92,3 +92,37 @@ def test_checkpoint_round_trip_gives_identical_logits(tiny_random_target, tmp_pa
     feats = torch.randn(2, 6, target.hidden_size)
     for a, b in zip(draft(feats, ids), loaded(feats, ids), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_nextn_export_layout_round_trips_and_refuses_a_foreign_embedding(tiny_random_target):
+    import pytest
+
+    from draftsmith.models.mtp import load_nextn_state_dict, nextn_state_dict
+
+    target = tiny_random_target
+    L = target.num_layers
+    draft = MTPDraft(MTPConfig(num_modules=2), target.model.config, target.vocab_size).eval()
+    draft.attach_target(target.embed_tokens, target.lm_head)
+    state = nextn_state_dict(draft)
+    second = {
+        k.removeprefix(f"model.layers.{L + 1}.") for k in state if k.startswith(f"model.layers.{L + 1}.")
+    }
+    assert {"enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight", "shared_head.head.weight",
+            "embed_tokens.weight", "input_layernorm.weight", "post_attention_layernorm.weight",
+            "self_attn.q_proj.weight", "mlp.down_proj.weight"} <= second  # fmt: skip
+    assert state[f"model.layers.{L}.eh_proj.weight"].shape == (target.hidden_size, 2 * target.hidden_size)
+    fresh = MTPDraft(MTPConfig(num_modules=2), target.model.config, target.vocab_size).eval()
+    fresh.attach_target(target.embed_tokens, target.lm_head)
+    load_nextn_state_dict(fresh, state)
+    ids = torch.randint(0, target.vocab_size, (1, 5), generator=torch.Generator().manual_seed(4))
+    feats = torch.randn(1, 5, target.hidden_size)
+    for a, b in zip(draft(feats, ids), fresh(feats, ids), strict=True):
+        torch.testing.assert_close(a, b)
+    bad = dict(state)
+    bad[f"model.layers.{L}.embed_tokens.weight"] = torch.randn_like(
+        bad[f"model.layers.{L}.embed_tokens.weight"]
+    )
+    with pytest.raises(ValueError, match="not the target's embed_tokens"):
+        load_nextn_state_dict(fresh, bad)
+    with pytest.raises(ValueError, match="missing"):
+        load_nextn_state_dict(fresh, {k: v for k, v in state.items() if "hnorm" not in k})
