@@ -148,6 +148,11 @@ class MTPDraft(nn.Module):
 _SHARED = {"shared_head.head.weight": "lm_head", "embed_tokens.weight": "embed_tokens"}
 
 
+def shared_weight(parts: FrozenParts, attr: str) -> torch.Tensor:
+    weight: Any = getattr(parts, attr).weight
+    return weight
+
+
 def nextn_state_dict(draft: MTPDraft) -> dict[str, torch.Tensor]:
     """The DeepSeek nextn layout of `draft` (module docstring), with the shared tensors copied in."""
     L = int(draft.target_config.num_hidden_layers)
@@ -160,8 +165,8 @@ def nextn_state_dict(draft: MTPDraft) -> dict[str, torch.Tensor]:
                 continue
             name = name.removeprefix("block.").replace("shared_head_norm.", "shared_head.norm.")
             out[prefix + name] = tensor.detach().clone()
-        out[prefix + "shared_head.head.weight"] = parts.lm_head.weight.detach().clone()
-        out[prefix + "embed_tokens.weight"] = parts.embed_tokens.weight.detach().clone()
+        for name, attr in _SHARED.items():
+            out[prefix + name] = shared_weight(parts, attr).detach().clone()
     return out
 
 
