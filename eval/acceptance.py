@@ -151,6 +151,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
 
     from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
     from draftsmith.eval.drafters import load_drafter_spec
+    from draftsmith.eval.drift import adapted_target, adapter_dir, adapter_drift
     from draftsmith.eval.report import TurnResult, per_prompt_rows, summarize
     from draftsmith.eval.sampling import Sampling
     from draftsmith.eval.tree import parse_tree
@@ -177,6 +178,10 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
             ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
         )
         target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)
+    adapter = adapter_dir(args.drafter)
+    original = None
+    if adapter is not None:  # Medusa-2: the adapted target is what gets served
+        original, target = target, adapted_target(target, adapter)
     if drafter is None:
         drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min)
     depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
@@ -226,6 +231,12 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
         raise ValueError("every prompt was longer than the target's context window; lower --max-new-tokens")
 
     report = summarize(turns)
+    if original is not None:
+        firsts = [render_prompt(target.tokenizer, prompt_turns(c)[0], c.tools) for c in convs]
+        report["adapter_drift"] = adapter_drift(
+            original, target, [p for p in firsts if max_pos is None or len(p) + args.max_new_tokens <= max_pos],
+            args.max_new_tokens,
+        )  # fmt: skip
     rows = per_prompt_rows(turns)
     lossless = None
     if args.check_lossless:

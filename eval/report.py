@@ -126,6 +126,12 @@ def markdown(report: dict[str, Any]) -> str:
         ("speedup", _fmt(report["speedup"], 2)),
         ("lossless (T=0 check)", _fmt(report["lossless"])),
     ]
+    drift = report.get("adapter_drift")
+    if drift:  # Medusa-2: the served target is the adapted one
+        rows.append(("Medusa-2 drift: KL(original || adapted) per token", _fmt(drift["mean_kl"], 5)))
+        rows.append(
+            ("Medusa-2 drift: greedy answers changed", f"{drift['greedy_changed']} of {drift['prompts']}")
+        )
     lines = ["| metric | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
     return "\n".join(lines)
 

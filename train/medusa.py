@@ -12,13 +12,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
+from draftsmith.models.checkpoint import save_drafter
+from draftsmith.models.eagle3 import shift_left
 from draftsmith.models.errors import run_main
-from draftsmith.models.losses import medusa_loss, medusa_token_counts
+from draftsmith.models.losses import divergence, medusa_loss, medusa_token_counts
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
+from draftsmith.models.medusa2 import ADAPTER_DIR, Medusa2Config, Medusa2Model
 from draftsmith.models.target import FrozenTarget, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
@@ -36,6 +41,7 @@ class MedusaRecipe:
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: MedusaConfig = field(default_factory=MedusaConfig)
+    medusa2: Medusa2Config = field(default_factory=Medusa2Config)
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -67,17 +73,65 @@ class MedusaMethod:
         return sums, metrics
 
 
-def build_method(cfg: MedusaRecipe, target: FrozenTarget, data: DataBundle) -> MedusaMethod:
+class Medusa2Method:
+    """Medusa-2 (ALGORITHMS.md 2.2): term 0 is the backbone's self-distillation KL(p_original || p_adapted)
+    over answer positions, terms 1..K the heads' cross-entropy weighted lambda_0 * decay**k."""
+
+    def __init__(self, model: Medusa2Model, config: Medusa2Config):
+        self.model: nn.Module = model
+        self.config = config
+        k = model.heads.config.num_heads
+        self.term_names = ["base"] + [f"depth{i}" for i in range(1, k + 1)]
+        self.term_weights = torch.cat(
+            [torch.ones(1), config.heads_coefficient * model.heads.config.loss_weights()]
+        )
+
+    def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        base = shift_left(batch["loss_mask"]).sum().float().reshape(1)
+        return torch.cat([base, medusa_token_counts(batch["loss_mask"], len(self.term_names) - 1)])
+
+    def loss_terms(
+        self, model: nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        adapted, heads, original = model(batch["input_ids"], batch["attention_mask"])
+        m = shift_left(batch["loss_mask"]).bool()
+        kl, _ = divergence(original[m], adapted[m], "fkl")  # KL(p_original || p_adapted)
+        sums, _, metrics = medusa_loss(heads, batch["input_ids"], batch["loss_mask"])
+        same = (adapted[m].argmax(-1) == original[m].argmax(-1)).sum().float().reshape(1)
+        return torch.cat([kl.sum().reshape(1), sums]), {k: torch.cat([same, v]) for k, v in metrics.items()}
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The adapter at train.lr after `warmup_steps` heads-only steps; the heads at a larger rate."""
+        model: Any = self.model
+        return [
+            {"params": model.adapter_parameters(), "start_step": self.config.warmup_steps},
+            {"params": list(model.heads.parameters()), "lr_scale": self.config.heads_lr_scale},
+        ]
+
+
+def build_method(cfg: MedusaRecipe, target: FrozenTarget, data: DataBundle) -> MedusaMethod | Medusa2Method:
     heads = MedusaHeads(cfg.model, target.hidden_size, target.vocab_size)
     if cfg.model.init_from_lm_head:
         heads.init_from_lm_head(target.lm_head.weight)
+    if cfg.medusa2.enabled:
+        return Medusa2Method(Medusa2Model(target.model, heads, cfg.medusa2), cfg.medusa2)
     return MedusaMethod(target, heads)
+
+
+def save_final(out: Path, model: Any, target: FrozenTarget, extra: dict[str, Any]) -> Path:
+    """Medusa-1: the heads. Medusa-2: the heads plus the adapter in `adapter/` (peft's format)."""
+    if not isinstance(model, Medusa2Model):
+        return save_drafter(out, model, target.identity(), extra)
+    final = save_drafter(out, model.heads, target.identity(), {**extra, "medusa2": {"adapter": ADAPTER_DIR}})
+    model.backbone.save_pretrained(str(final / ADAPTER_DIR))
+    return final
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return train_main(
         MedusaRecipe, argv, "draftsmith train medusa", __doc__ or "", build_method,
         lambda result, method: format_accuracy_table(result.eval, len(method.term_names), result.initial_eval),
+        save=save_final,
     )  # fmt: skip
 
 
@@ -96,6 +150,11 @@ def format_accuracy_table(
             end = format(metrics[f"{p}/{name}"], fmt)
             cells.append(f"{format(start[f'{p}/{name}'], fmt)} -> {end}" if f"{p}/{name}" in start else end)
         rows.append(f"| {k} | t+{k + 1} | " + " | ".join(cells) + " |")
+    if "eval/base/loss" in metrics:  # Medusa-2: how far the adapter moved the served distribution
+        rows.append(
+            f"\nMedusa-2 backbone: KL(original || adapted) {metrics['eval/base/loss']:.4f} nats/token, "
+            f"greedy choice unchanged at {metrics['eval/base/top1']:.3f} of answer positions"
+        )
     return "\n".join(rows)
 
 

@@ -113,7 +113,8 @@ class Method(Protocol):
     # Optional hooks, looked up with getattr:
     #   prepare_batch(model, batch, step, micro_batch_index, rank) -> batch   training batches only, before
     #       token_counts (distillation's on-policy samples);
-    #   derived_metrics(record, prefix) -> dict                              metrics computed from a record.
+    #   derived_metrics(record, prefix) -> dict                              metrics computed from a record;
+    #   param_groups() -> [{"params", "lr_scale"?, "start_step"?}]          optimizer groups (Medusa-2).
 
 
 @dataclass
@@ -145,6 +146,15 @@ def cosine_with_warmup(total_steps: int, warmup_steps: int, min_lr_ratio: float)
             return (step + 1) / (warmup_steps + 1)
         progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
         return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    return factor
+
+
+def _from_step(start: int, schedule: Any) -> Any:
+    """`schedule`, held at 0 before step `start` (a parameter group that joins later)."""
+
+    def factor(step: int) -> float:
+        return 0.0 if step < start else float(schedule(step))
 
     return factor
 
@@ -223,13 +233,27 @@ def run_training(
         train.shuffle,
     )
     total_steps = train.max_steps or max(1, math.ceil(train.epochs * schedule.steps_per_epoch))
-    params = [p for p in method.model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
+    # A method may split its parameters into groups with their own `lr_scale` and `start_step` (the group
+    # stays at lr 0 before it), e.g. Medusa-2's heads-only warm-up and larger head learning rate.
+    groups = getattr(method, "param_groups", None)
+    raw_groups: list[dict[str, Any]] = (
+        groups() if groups is not None else [{"params": list(method.model.parameters())}]
+    )
+    param_groups: list[dict[str, Any]] = []
+    starts: list[int] = []
+    for g in raw_groups:
+        params = [p for p in g["params"] if p.requires_grad]
+        param_groups.append({"params": params, "lr": train.lr * g.get("lr_scale", 1.0)})
+        starts.append(int(g.get("start_step", 0)))
+    optimizer = torch.optim.AdamW(
+        param_groups, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
+    )
     warmup = round(train.warmup_ratio * total_steps)
+    schedule_fn = cosine_with_warmup(total_steps, warmup, train.min_lr_ratio)
     # The scheduler is stepped here, not by accelerate: AcceleratedScheduler steps once per process, which
     # would make the schedule depend on the number of processes.
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, cosine_with_warmup(total_steps, warmup, train.min_lr_ratio)
+        optimizer, [_from_step(start, schedule_fn) for start in starts]
     )
     model, optimizer = accelerator.prepare(method.model, optimizer)
     accelerator.register_for_checkpointing(scheduler)
