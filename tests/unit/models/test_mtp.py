@@ -126,3 +126,29 @@ def test_nextn_export_layout_round_trips_and_refuses_a_foreign_embedding(tiny_ra
         load_nextn_state_dict(fresh, bad)
     with pytest.raises(ValueError, match="missing"):
         load_nextn_state_dict(fresh, {k: v for k, v in state.items() if "hnorm" not in k})
+
+
+def test_drafter_tree_children_are_the_ranked_tokens_of_the_forward_along_their_path(tiny_random_target):
+    """Oracle for trees: every node's k-th ranked child is the rank-k token of module depth+1 when the training
+    forward is fed the context followed by that node's path."""
+    target = tiny_random_target
+    draft = MTPDraft(MTPConfig(num_modules=3), target.model.config, target.vocab_size).eval()
+    draft.attach_target(target.embed_tokens, target.lm_head)
+    drafter = MTPDrafter(draft)
+    context = torch.randint(0, target.vocab_size, (9,), generator=torch.Generator().manual_seed(5)).tolist()
+    L, n = target.num_layers, len(context) - 1
+    feats, _ = target.forward(torch.tensor([context]), layer_ids=(L,))
+    drafter.start()
+    drafter.observe({L: feats[L][0, :-1]})
+    shape = parse_tree("topk:2", 3)
+    tree = drafter.propose(context, shape, Sampling(), None)
+    tokens, parents = tree.tokens.tolist(), tree.parents
+    path = {0: []}
+    for i in range(1, len(parents)):
+        path[i] = path[parents[i]] + [tokens[i]]
+    padded = torch.cat([feats[L], torch.zeros(1, 3, feats[L].shape[-1])], dim=1)
+    for i in range(1, len(parents)):
+        node, d = parents[i], len(path[i])
+        logits = draft(padded, torch.tensor([context + path[node] + [0] * (3 - len(path[node]))]))
+        rank = shape.paths[i - 1][-1]
+        assert tokens[i] == int(logits[d - 1][0, n - 1].topk(rank + 1).indices[rank]), (i, path[i])
