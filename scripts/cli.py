@@ -10,6 +10,8 @@
     draftsmith eval --target DIR --drafter CKPT|ngram|self|HF_DIR --data FILE
                                                          speculative decoding on held-out prompts: tau,
                                                          speedup, lossless check, deployment gate
+    draftsmith gate --report NEW.json [--baseline OLD.json] [--min-tau X]
+                                                         pass / fail a drafter before it ships
     draftsmith quickstart                                toy target -> Medusa heads -> eval vs ngram
 
 Each subcommand has its own `--help`.
@@ -78,6 +80,12 @@ def _eval(argv: Sequence[str]) -> int:
     return run(build_parser().parse_args(list(argv)))
 
 
+def _gate(argv: Sequence[str]) -> int:
+    from draftsmith.scripts.gate import main as gate_main
+
+    return gate_main(list(argv))
+
+
 def _quickstart(argv: Sequence[str]) -> int:
     from draftsmith.scripts.quickstart import main as quickstart_main
 
@@ -89,6 +97,10 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "data": (_data, "inspect a recipe's data; regenerate answers with the target"),
     "train": (_train, "train a drafter (medusa, eagle, mtp, distill): draftsmith train medusa --config ..."),
     "eval": (_eval, "measure a drafter by real speculative decoding: tau, speedup, --min-tau gate"),
+    "gate": (
+        _gate,
+        "the deployment gate: fail a drafter below --min-tau or regressed from a baseline report",
+    ),
     "quickstart": (
         _quickstart,
         "build the small toy target if absent, train Medusa heads, measure tau vs ngram",
