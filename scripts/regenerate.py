@@ -140,6 +140,11 @@ def regenerate(args: argparse.Namespace) -> dict[str, int]:
     model, tokenizer = target.model, target.tokenizer
     model.generation_config = GenerationConfig()  # only the settings passed below, never a repo's defaults
     stop_ids = stop_token_ids(target)
+    if not stop_ids:
+        raise ValueError(
+            f"target {args.target!r} has no end-of-sequence token (tokenizer eos_token_id or generation_config "
+            "eos_token_id): answers would never end; set one in the target's generation_config.json"
+        )
     max_positions = int(getattr(model.config, "max_position_embeddings", 1 << 30))
     meta: dict[str, Any] = {
         "sampling": asdict(sampling),
