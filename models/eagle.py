@@ -163,8 +163,10 @@ class FrozenParts:
         self.lm_head = lm_head
 
 
-class _EagleBase(nn.Module):
-    config: EagleConfig
+class DrafterOnTarget(nn.Module):
+    """A drafter built from the target's config that borrows its frozen embedding and LM head (EAGLE, MTP):
+    constructed as `cls(config, target_config, vocab_size)`, with the target config saved in its checkpoint."""
+
     target_config: Any  # the target's transformers config
     frozen: FrozenParts | None
 
@@ -181,12 +183,16 @@ class _EagleBase(nn.Module):
         return {"target_config": self.target_config.to_dict()}
 
     @classmethod
-    def from_checkpoint_config(cls, drafter_config: EagleConfig, saved: dict[str, Any]) -> _EagleBase:
+    def from_checkpoint_config(cls, drafter_config: Any, saved: dict[str, Any]) -> DrafterOnTarget:
         from transformers import AutoConfig
 
         raw = dict(saved["target_config"])
         target_config = AutoConfig.for_model(raw.pop("model_type"), **raw)
         return cls(drafter_config, target_config, int(saved["draft_vocab_size"]))
+
+
+class _EagleBase(DrafterOnTarget):
+    config: EagleConfig
 
 
 @register_drafter("eagle")

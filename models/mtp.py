@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .eagle import FrozenParts, causal_mask, draft_layer_config, target_classes
+from .eagle import DrafterOnTarget, FrozenParts, causal_mask, draft_layer_config, target_classes
 from .registry import register_drafter
 
 
@@ -88,7 +88,7 @@ class MTPModule(nn.Module):
 
 
 @register_drafter("mtp")
-class MTPDraft(nn.Module):
+class MTPDraft(DrafterOnTarget):
     """D MTP modules sharing the target's frozen embedding and LM head (attached, never saved).
 
     Args:
@@ -105,26 +105,7 @@ class MTPDraft(nn.Module):
         self.draft_vocab_size = vocab_size
         self.feature_layers = (int(target_config.num_hidden_layers),)  # the last residual stream, pre-norm
         self.layers = nn.ModuleList(MTPModule(target_config) for _ in range(config.num_modules))
-        self.frozen: FrozenParts | None = None
-
-    def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module) -> None:
-        self.frozen = FrozenParts(embed_tokens, lm_head)
-
-    def _parts(self) -> FrozenParts:
-        if self.frozen is None:
-            raise RuntimeError("attach_target(embed_tokens, lm_head) must be called before the forward")
-        return self.frozen
-
-    def extra_checkpoint_config(self) -> dict[str, Any]:
-        return {"target_config": self.target_config.to_dict()}
-
-    @classmethod
-    def from_checkpoint_config(cls, drafter_config: MTPConfig, saved: dict[str, Any]) -> MTPDraft:
-        from transformers import AutoConfig
-
-        raw = dict(saved["target_config"])
-        target_config = AutoConfig.for_model(raw.pop("model_type"), **raw)
-        return cls(drafter_config, target_config, int(saved["draft_vocab_size"]))
+        self.frozen = None
 
     def logits(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
         """Module k's (1-based) logits over the target vocabulary from its output `[.., H]`."""

@@ -30,6 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.models.errors import run_main
+from draftsmith.train.core.data import left_pad
 
 META_SUFFIX = ".meta.json"
 FAILED_SUFFIX = ".failed.jsonl"
@@ -103,15 +104,11 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], samplin
                    stop_ids: set[int]) -> list[list[int]]:  # fmt: skip
     """New token ids for each prompt (the stop token and what follows cut off), left-padded in one batch."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
+    ids, mask = left_pad(prompts, pad, model.device)
+    width = ids.shape[1]
     greedy = sampling.temperature == 0
     out = model.generate(
-        input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+        input_ids=ids, attention_mask=mask,
         max_new_tokens=sampling.max_new_tokens, do_sample=not greedy,
         temperature=None if greedy else sampling.temperature, top_p=None if greedy else sampling.top_p,
         top_k=None if greedy else (sampling.top_k or None), pad_token_id=pad, eos_token_id=sorted(stop_ids),

@@ -33,7 +33,7 @@ from draftsmith.models.eagle3 import shift_left
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import divergence
 from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
-from draftsmith.train.core.data import DataBundle, DataConfig
+from draftsmith.train.core.data import DataBundle, DataConfig, collate, left_pad
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 
@@ -167,13 +167,8 @@ class DistillMethod:
         keep = [len(p) > 0 and len(p) < max_len for p in prompts]
         if not any(keep):
             return batch
-        live = [p for p, k in zip(prompts, keep, strict=True) if k]
-        width = max(len(p) for p in live)
-        padded = torch.full((len(live), width), self.pad_id, dtype=torch.long, device=ids.device)
-        attn = torch.zeros_like(padded)
-        for i, p in enumerate(live):
-            padded[i, width - len(p) :] = torch.tensor(p, device=ids.device)
-            attn[i, width - len(p) :] = 1
+        padded, attn = left_pad([p for p, k in zip(prompts, keep, strict=True) if k], self.pad_id, ids.device)
+        width = padded.shape[1]
         was_training = draft.training
         draft.eval()
         out = draft.generate(
@@ -182,26 +177,19 @@ class DistillMethod:
             pad_token_id=self.pad_id, eos_token_id=sorted(self.stop_ids),
         )[:, width:].tolist()  # fmt: skip
         draft.train(was_training)
-        rows, masks = [], []
-        samples = iter(out)
+        samples, drafts = [], iter(out)
         for i, (p, k) in enumerate(zip(prompts, keep, strict=True)):
             if not k:  # no prompt before its first answer token (e.g. a text document): kept as it was
                 n = int(batch["attention_mask"][i].sum())
-                rows.append(ids[i, :n].tolist())
-                masks.append(batch["loss_mask"][i, :n].long().tolist())
+                samples.append({"input_ids": ids[i, :n].cpu(), "loss_mask": loss_mask[i, :n].cpu()})
                 continue
-            new = next(samples)
+            new = next(drafts)
             cut = next((j + 1 for j, t in enumerate(new) if t in self.stop_ids), len(new))  # keep the stop
             new = new[: min(cut, max_len - len(p))]
-            rows.append(p + new)
-            masks.append([0] * len(p) + [1] * len(new))
-        width = max(len(r) for r in rows)
-        pad = lambda xs, v: [x + [v] * (width - len(x)) for x in xs]  # noqa: E731
-        return {
-            "input_ids": torch.tensor(pad(rows, self.pad_id), device=ids.device),
-            "attention_mask": torch.tensor(pad([[1] * len(r) for r in rows], 0), device=ids.device),
-            "loss_mask": torch.tensor(pad(masks, 0), device=ids.device),
-        }
+            samples.append(
+                {"input_ids": torch.tensor(p + new), "loss_mask": torch.tensor([0] * len(p) + [1] * len(new))}
+            )
+        return {k: v.to(ids.device) for k, v in collate(samples, self.pad_id).items()}
 
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
         """`tau_estimate` = sum_{d=0..5} alpha^d with alpha the mean expected acceptance (i.i.d. estimate)."""

@@ -26,6 +26,7 @@ from draftsmith.models.target import FrozenTarget, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.metrics import chain_tau_estimate
 
 TAU_ESTIMATE_DEPTH = 5  # EAGLE-1 trains one step; its estimate assumes that accuracy at every depth
 
@@ -118,11 +119,7 @@ class EagleMethod:
             return {}
         if self.version == 1:
             accs = accs * TAU_ESTIMATE_DEPTH
-        tau, prod = 1.0, 1.0
-        for a in accs:
-            prod *= a  # type: ignore[operator]
-            tau += prod
-        return {f"{prefix}/tau_estimate": tau}
+        return {f"{prefix}/tau_estimate": chain_tau_estimate(accs)}
 
 
 class _Eagle3Train(Eagle3Draft):

@@ -26,6 +26,7 @@ from draftsmith.models.target import FrozenTarget, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.metrics import chain_tau_estimate
 
 
 @dataclass
@@ -98,11 +99,7 @@ class MTPMethod:
         accs = [record.get(f"{prefix}/{name}/agree") for name in self.term_names]
         if any(a is None for a in accs):
             return {}
-        tau, prod = 1.0, 1.0
-        for a in accs:
-            prod *= a  # type: ignore[operator]
-            tau += prod
-        return {f"{prefix}/tau_estimate": tau}
+        return {f"{prefix}/tau_estimate": chain_tau_estimate(accs)}
 
 
 def build_method(cfg: MTPRecipe, target: FrozenTarget, data: DataBundle) -> MTPMethod:

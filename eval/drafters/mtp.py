@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from draftsmith.models.eagle import causal_mask
 from draftsmith.models.mtp import MTPDraft
 from draftsmith.models.target import LayerId
 
@@ -50,8 +51,7 @@ class MTPDrafter:
         if feats.shape[0] != n:
             raise RuntimeError(f"MTP drafter has {feats.shape[0]} target features for {n + 1} context tokens")
         param = next(self.draft.parameters())
-        mask = torch.full((n, n), torch.finfo(param.dtype).min, dtype=param.dtype, device=param.device)
-        mask = torch.triu(mask, diagonal=1)[None, None]
+        mask = causal_mask(n, param.dtype, param.device)
         positions = torch.arange(n, device=param.device)[None]
         parents = shape.parents()
         depth = [0] + [len(p) for p in shape.paths]

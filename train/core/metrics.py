@@ -15,6 +15,16 @@ import torch
 from accelerate import Accelerator
 
 
+def chain_tau_estimate(accuracies: list[float]) -> float:
+    """1 + sum over depths d of prod_{s<=d} acc_s: the tau a chain would reach if each depth were accepted
+    independently with its teacher-forced accuracy (an ESTIMATE; the evaluator measures the real one)."""
+    tau, prod = 1.0, 1.0
+    for a in accuracies:
+        prod *= a
+        tau += prod
+    return tau
+
+
 class MetricWindow:
     """Running sums of per-term quantities `[K]` and scalars over a logging window."""
 
