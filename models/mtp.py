@@ -134,21 +134,32 @@ def shared_weight(parts: FrozenParts, attr: str) -> torch.Tensor:
     return weight
 
 
-def nextn_state_dict(draft: MTPDraft) -> dict[str, torch.Tensor]:
-    """The DeepSeek nextn layout of `draft` (module docstring), with the shared tensors copied in."""
-    L = int(draft.target_config.num_hidden_layers)
-    parts = draft._parts()
+def nextn_tensors(
+    state: dict[str, torch.Tensor], num_layers: int, embedding: torch.Tensor, lm_head: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The DeepSeek nextn layout (module docstring) of an MTPDraft state dict, with copies of the target's
+    `embedding` and `lm_head` weights as each module's shared tensors."""
     out: dict[str, torch.Tensor] = {}
-    for k, module in enumerate(draft.layers):
-        prefix = f"model.layers.{L + k}."
-        for name, tensor in module.state_dict().items():
-            if name.startswith("rotary_emb."):
-                continue
-            name = name.removeprefix("block.").replace("shared_head_norm.", "shared_head.norm.")
-            out[prefix + name] = tensor.detach().clone()
-        for name, attr in _SHARED.items():
-            out[prefix + name] = shared_weight(parts, attr).detach().clone()
+    modules = sorted({int(name.split(".")[1]) for name in state if name.startswith("layers.")})
+    for name, tensor in state.items():
+        index, _, rest = name.removeprefix("layers.").partition(".")
+        if rest.startswith("rotary_emb."):
+            continue
+        rest = rest.removeprefix("block.").replace("shared_head_norm.", "shared_head.norm.")
+        out[f"model.layers.{num_layers + int(index)}.{rest}"] = tensor.detach().clone()
+    for k in modules:
+        out[f"model.layers.{num_layers + k}.shared_head.head.weight"] = lm_head.detach().clone()
+        out[f"model.layers.{num_layers + k}.embed_tokens.weight"] = embedding.detach().clone()
     return out
+
+
+def nextn_state_dict(draft: MTPDraft) -> dict[str, torch.Tensor]:
+    """The DeepSeek nextn layout of `draft` (attached to its target), with the shared tensors copied in."""
+    parts = draft._parts()
+    return nextn_tensors(
+        draft.state_dict(), int(draft.target_config.num_hidden_layers),
+        shared_weight(parts, "embed_tokens"), shared_weight(parts, "lm_head"),
+    )  # fmt: skip
 
 
 def load_nextn_state_dict(draft: MTPDraft, state: dict[str, torch.Tensor]) -> None:

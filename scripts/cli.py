@@ -12,6 +12,9 @@
                                                          speedup, lossless check, deployment gate
     draftsmith gate --report NEW.json [--baseline OLD.json] [--min-tau X]
                                                          pass / fail a drafter before it ships
+    draftsmith export CKPT --to vllm|sglang|tgi|hf --out DIR
+                                                         the drafter in an engine's layout, validated
+    draftsmith push CKPT --repo ORG/NAME [--dry-run DIR] upload with a model card stating what was measured
     draftsmith quickstart                                toy target -> Medusa heads -> eval vs ngram
 
 Each subcommand has its own `--help`.
@@ -86,6 +89,18 @@ def _gate(argv: Sequence[str]) -> int:
     return gate_main(list(argv))
 
 
+def _export(argv: Sequence[str]) -> int:
+    from draftsmith.scripts.export import main as export_main
+
+    return export_main(list(argv))
+
+
+def _push(argv: Sequence[str]) -> int:
+    from draftsmith.scripts.push import main as push_main
+
+    return push_main(list(argv))
+
+
 def _quickstart(argv: Sequence[str]) -> int:
     from draftsmith.scripts.quickstart import main as quickstart_main
 
@@ -101,6 +116,8 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
         _gate,
         "the deployment gate: fail a drafter below --min-tau or regressed from a baseline report",
     ),
+    "export": (_export, "write a drafter in an engine's layout (vllm, sglang, tgi, hf), validated first"),
+    "push": (_push, "upload a drafter (or an export) to the Hugging Face Hub with a measured model card"),
     "quickstart": (
         _quickstart,
         "build the small toy target if absent, train Medusa heads, measure tau vs ngram",

@@ -52,6 +52,8 @@ from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft
 
+from .layouts.common import from_engine_ids
+
 MODELOPT_TO_DRAFTSMITH = {
     "fc.weight": "fc.weight",
     "layers.0.input_layernorm.weight": "norm_in.weight",
@@ -116,7 +118,7 @@ def modelopt_eagle3(src: str | Path, target: Any, out: str | Path, ttt_steps: in
     unexpected = set(state) - set(MODELOPT_TO_DRAFTSMITH) - {"lm_head.weight", "d2t"}
     if unexpected:
         raise ValueError(f"{src}: tensors draftsmith does not know: {sorted(unexpected)}")
-    layer_ids = [int(k) + 1 for k in config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]]
+    layer_ids = from_engine_ids(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"], "modelopt")
     vd = state["d2t"].shape[0]
     draft = Eagle3Draft(EagleConfig(version=3, feature_layers=layer_ids, draft_vocab_size=vd, ttt_steps=ttt_steps),
                         target.model.config, vd)  # fmt: skip
@@ -186,7 +188,7 @@ def speculators_eagle3(src: str | Path, target: Any, out: str | Path, ttt_steps:
         )
     if not config.get("eagle_aux_hidden_state_layer_ids"):
         raise ValueError(f"{src}: no eagle_aux_hidden_state_layer_ids (the target layers the draft reads)")
-    layer_ids = [int(k) for k in config["eagle_aux_hidden_state_layer_ids"]]  # vLLM id k = canonical id k
+    layer_ids = from_engine_ids(config["eagle_aux_hidden_state_layer_ids"], "speculators")
     vd = int(config["draft_vocab_size"])
     if "d2t" in state:
         d2t = state["d2t"].long()

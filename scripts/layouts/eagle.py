@@ -1,0 +1,300 @@
+"""EAGLE-3 and EAGLE-1 in the layouts engines load (ENGINES.md 6.1, 6.2).
+
+EAGLE-3, draftsmith name -> official / SGLang name (`--to sglang`, `--to hf`) -> speculators name (`--to vllm`):
+
+    fc.weight [H, 3H]                          fc.weight                              fc.weight
+    layer.self_attn.{q,k,v}_proj [.., 2H]      midlayer.self_attn.*                   layers.0.self_attn.*
+    layer.self_attn.o_proj, layer.mlp.*        midlayer.*                             layers.0.*
+    norm_in (on the token embedding)           midlayer.input_layernorm.weight        layers.0.input_layernorm.weight
+    norm_hidden (on the hidden state)          midlayer.hidden_norm.weight            layers.0.hidden_norm.weight
+    layer.post_attention_layernorm             midlayer.post_attention_layernorm      layers.0.post_attention_layernorm
+    norm_final                                 norm.weight                            norm.weight
+    lm_head_d [Vd, H]                          lm_head.weight                         lm_head.weight
+    d2t [Vd] int64 offsets, t2d [V] bool       d2t, t2d                               d2t, t2d
+    (the target's embedding, never saved)      absent: SGLang uses the target's       absent: vLLM shares the target's
+
+Layer ids: SGLang's config carries canonical - 1, the speculators config canonical ids (common.LAYER_ID_OFFSETS).
+
+EAGLE-1 (`eagle`), official SafeAILab layout for every engine (`LlamaForCausalLMEagle`):
+
+    fc.weight [H, 2H], fc.bias [H]             fc.weight, fc.bias    SGLang's fc always has a bias: a zero bias is
+                                                                     written when draft.fc_bias was off; vLLM reads
+                                                                     `eagle_fc_bias` (vllm#11126) and gets fc.bias
+                                                                     only when one was trained
+    layer.self_attn.*, layer.mlp.*,            layers.0.*            layer 0 has no input_layernorm (the engines
+    layer.post_attention_layernorm                                   replace it by the identity)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .common import (
+    SCALED_EMBEDDING_TYPES,
+    Export,
+    ExportError,
+    LayoutSpec,
+    TargetInfo,
+    to_engine_ids,
+)
+
+
+def _prefix_map(state: dict[str, torch.Tensor], renames: dict[str, str]) -> dict[str, torch.Tensor]:
+    """Rename by prefix: the first matching `old -> new` prefix wins; names with no match are kept."""
+    out = {}
+    for name, tensor in state.items():
+        for old, new in renames.items():
+            if name.startswith(old):
+                name = new + name[len(old) :]
+                break
+        out[name] = tensor
+    return out
+
+
+def layer_shapes(
+    target: TargetInfo, prefix: str, attn_in: int, input_norm: bool
+) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes of one Llama-style decoder layer of the target's size (what the engines' draft layer
+    declares), with q/k/v reading `attn_in` features."""
+    c = target.config
+    H, nh = int(c.hidden_size), int(c.num_attention_heads)
+    nkv = int(getattr(c, "num_key_value_heads", None) or nh)
+    hd = int(getattr(c, "head_dim", None) or H // nh)
+    inter = int(c.intermediate_size)
+    shapes: dict[str, tuple[int, ...]] = {
+        f"{prefix}self_attn.q_proj.weight": (nh * hd, attn_in),
+        f"{prefix}self_attn.k_proj.weight": (nkv * hd, attn_in),
+        f"{prefix}self_attn.v_proj.weight": (nkv * hd, attn_in),
+        f"{prefix}self_attn.o_proj.weight": (H, nh * hd),
+        f"{prefix}mlp.gate_proj.weight": (inter, H),
+        f"{prefix}mlp.up_proj.weight": (inter, H),
+        f"{prefix}mlp.down_proj.weight": (H, inter),
+        f"{prefix}post_attention_layernorm.weight": (H,),
+    }
+    if getattr(c, "attention_bias", False):
+        shapes.update({f"{prefix}self_attn.{p}.bias": (n,) for p, n in
+                       (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd), ("o_proj", H))})  # fmt: skip
+    if getattr(c, "mlp_bias", False):
+        shapes.update({f"{prefix}mlp.{p}.bias": (n,) for p, n in
+                       (("gate_proj", inter), ("up_proj", inter), ("down_proj", H))})  # fmt: skip
+    if input_norm:
+        shapes[f"{prefix}input_layernorm.weight"] = (H,)
+    return shapes
+
+
+def _layer_config(target: TargetInfo) -> dict[str, Any]:
+    """The draft layer's shape and positional settings, copied from the target (never defaulted)."""
+    c = target.config
+    rope = target.rope()
+    H, nh = int(c.hidden_size), int(c.num_attention_heads)
+    return {
+        "hidden_size": H,
+        "intermediate_size": int(c.intermediate_size),
+        "num_attention_heads": nh,
+        "num_key_value_heads": int(getattr(c, "num_key_value_heads", None) or nh),
+        "head_dim": int(getattr(c, "head_dim", None) or H // nh),
+        "max_position_embeddings": target.max_positions(),
+        "rope_theta": rope["rope_theta"],
+        "rope_scaling": rope["rope_scaling"],
+        "rms_norm_eps": float(getattr(c, "rms_norm_eps", 1e-6)),
+        "hidden_act": str(getattr(c, "hidden_act", "silu")),
+        "attention_bias": bool(getattr(c, "attention_bias", False)),
+        "mlp_bias": bool(getattr(c, "mlp_bias", False)),
+        "vocab_size": target.vocab_size,
+    }
+
+
+def _layer_spec_config(target: TargetInfo, prefix: str = "") -> dict[str, Any]:
+    """The config values an engine's draft layer reads, which must equal the target's."""
+    return {prefix + k: v for k, v in _layer_config(target).items()}
+
+
+def _check_llama_family(target: TargetInfo, what: str) -> None:
+    if target.model_type() in SCALED_EMBEDDING_TYPES:
+        raise ExportError(
+            f"{what}: a {target.model_type()} target scales its embedding by sqrt(hidden_size) inside the decoder; "
+            "the engines' Llama draft embeds with the plain table and would run at tau ~1 (ModelOpt's Gemma "
+            "report). Export refused."
+        )
+
+
+def _draft_vocab_spec(source: dict[str, Any], target: TargetInfo) -> tuple[int, dict[str, tuple[int, ...]]]:
+    vd = int(source["config"]["draft_vocab_size"])
+    return vd, {"d2t": (vd,), "t2d": (target.vocab_size,), "lm_head.weight": (vd, target.hidden_size),
+                "norm.weight": (target.hidden_size,), "fc.weight": (target.hidden_size, 3 * target.hidden_size)}  # fmt: skip
+
+
+def eagle3_sglang(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
+    """EAGLE-3 -> the official / SGLang layout (`LlamaForCausalLMEagle3`, `midlayer.*`)."""
+    _check_llama_family(target, "EAGLE-3 export")
+    state, cfg = source["state"], source["config"]
+    canonical = [int(i) for i in cfg["feature_layers"]]
+    ids = to_engine_ids(canonical, "sglang", target.num_layers)
+    vd, vocab_shapes = _draft_vocab_spec(source, target)
+    H = target.hidden_size
+    tensors = _prefix_map(state, {
+        "layer.": "midlayer.", "norm_in.": "midlayer.input_layernorm.", "norm_hidden.": "midlayer.hidden_norm.",
+        "norm_final.": "norm.", "lm_head_d.": "lm_head.",
+    })  # fmt: skip
+    eagle_config = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True,
+                    "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
+                    "use_mtp_layernorm": False}  # fmt: skip
+    c = target.config
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        **_layer_config(target),
+        "num_hidden_layers": 1,
+        "draft_vocab_size": vd,
+        "target_hidden_size": H,
+        "tie_word_embeddings": False,
+        "torch_dtype": str(state["fc.weight"].dtype).removeprefix("torch."),
+        "bos_token_id": getattr(c, "bos_token_id", None),
+        "eos_token_id": getattr(c, "eos_token_id", None),
+        "pad_token_id": getattr(c, "pad_token_id", None),
+        "eagle_config": eagle_config,
+    }
+    export = Export(
+        layout=f"eagle3-{engine}", engine=engine, config=config, tensors=tensors,
+        layer_ids={"canonical": canonical, "sglang": ids},
+        serve=[f"python -m sglang.launch_server --model-path {target.path} --speculative-algorithm EAGLE3 "
+               "--speculative-draft-model-path {dir} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+               "--speculative-num-draft-tokens 4"],
+        notes=["eagle_aux_hidden_state_layer_ids are in SGLang's convention (canonical - 1): serve this directory "
+               "with SGLang (or TensorRT-LLM); for vLLM export with --to vllm."],
+    )  # fmt: skip
+    spec = LayoutSpec(
+        tensors={**layer_shapes(target, "midlayer.", 2 * H, input_norm=True),
+                 "midlayer.hidden_norm.weight": (H,), **vocab_shapes},
+        config={**_layer_spec_config(target), "num_hidden_layers": 1, "draft_vocab_size": vd,
+                "eagle_config.eagle_aux_hidden_state_layer_ids": [c - 1 for c in canonical],
+                "eagle_config.use_aux_hidden_state": True, "tie_word_embeddings": False},
+        optional={"embed_tokens.weight": (target.vocab_size, H)},
+        draft_vocab=("d2t", "t2d", vd),
+        dtypes={"d2t": torch.int64, "t2d": torch.bool},
+    )  # fmt: skip
+    return export, spec
+
+
+def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
+    """EAGLE-3 -> vLLM's self-describing speculators format (`speculators_model_type: eagle3`)."""
+    _check_llama_family(target, "EAGLE-3 export")
+    state, cfg = source["state"], source["config"]
+    canonical = [int(i) for i in cfg["feature_layers"]]
+    ids = to_engine_ids(canonical, "vllm", target.num_layers)
+    vd, vocab_shapes = _draft_vocab_spec(source, target)
+    H = target.hidden_size
+    tensors = _prefix_map(state, {
+        "layer.": "layers.0.", "norm_in.": "layers.0.input_layernorm.", "norm_hidden.": "layers.0.hidden_norm.",
+        "norm_final.": "norm.", "lm_head_d.": "lm_head.",
+    })  # fmt: skip
+    layer = target.config.to_dict()
+    layer.update(num_hidden_layers=1, layer_types=["full_attention"], use_sliding_window=False,
+                 sliding_window=None, tie_word_embeddings=False)  # fmt: skip
+    layer.update({k: v for k, v in _layer_config(target).items() if k not in ("rope_theta", "rope_scaling")})
+    for key in ("architectures", "transformers_version", "dtype", "torch_dtype", "auto_map"):
+        layer.pop(key, None)
+    steps = int(cfg["drafter"].get("ttt_steps", 3))
+    config = {
+        "architectures": ["Eagle3DraftModel"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "draft_vocab_size": vd,
+        "target_hidden_size": H,
+        "eagle_aux_hidden_state_layer_ids": ids,
+        "norm_before_fc": False, "fc_norm": False, "norm_before_residual": False, "norm_output": False,
+        "embed_requires_grad": False,
+        "tie_word_embeddings": False,
+        "dtype": str(state["fc.weight"].dtype).removeprefix("torch."),
+        "transformer_layer_config": layer,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": min(steps, 3),
+                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": source["target_name"],
+                         "architectures": list(getattr(target.config, "architectures", None) or [])},
+        },
+    }  # fmt: skip
+    export = Export(
+        layout="eagle3-vllm-speculators", engine=engine, config=config, tensors=tensors,
+        layer_ids={"canonical": canonical, "vllm": ids},
+        serve=["vllm serve {dir}",
+               f"vllm serve {target.path} --speculative-config "
+               "'{\"method\": \"eagle3\", \"model\": \"{dir}\", \"num_speculative_tokens\": 3}'"],
+        notes=["For T > 0 add \"rejection_sample_method\": \"standard\", \"draft_sample_method\": \"gumbel\" to the "
+               "speculative config (vLLM 0.21+), or vLLM samples drafts greedily and under-reports acceptance."],
+    )  # fmt: skip
+    layer_spec = {"transformer_layer_config." + k: v for k, v in _layer_config(target).items()
+                  if k not in ("rope_theta", "rope_scaling")}  # fmt: skip
+    spec = LayoutSpec(
+        tensors={**layer_shapes(target, "layers.0.", 2 * H, input_norm=True),
+                 "layers.0.hidden_norm.weight": (H,), **vocab_shapes},
+        config={**layer_spec_config_rope(target), **layer_spec, "speculators_model_type": "eagle3",
+                "transformer_layer_config.num_hidden_layers": 1, "draft_vocab_size": vd,
+                "eagle_aux_hidden_state_layer_ids": canonical, "norm_before_fc": False, "fc_norm": False,
+                "norm_before_residual": False, "norm_output": False},
+        optional={"embed_tokens.weight": (target.vocab_size, H)},
+        draft_vocab=("d2t", "t2d", vd),
+        dtypes={"d2t": torch.int64, "t2d": torch.bool},
+    )  # fmt: skip
+    return export, spec
+
+
+def layer_spec_config_rope(target: TargetInfo) -> dict[str, Any]:
+    """The rope settings a transformers-5 `transformer_layer_config` must carry (as `rope_parameters`)."""
+    params = target.config.to_dict().get("rope_parameters")
+    if params is None:
+        return {"transformer_layer_config.rope_theta": target.rope()["rope_theta"]}
+    return {"transformer_layer_config.rope_parameters": params}
+
+
+def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
+    """EAGLE-1 -> the official SafeAILab layout (`LlamaForCausalLMEagle`) that SGLang and vLLM load."""
+    _check_llama_family(target, "EAGLE-1 export")
+    state, cfg = source["state"], source["config"]
+    H = target.hidden_size
+    trained_bias = bool(cfg["drafter"].get("fc_bias", True))
+    if trained_bias and "fc.bias" not in state:
+        raise ExportError(
+            "EAGLE-1 export: the checkpoint was trained with draft.fc_bias=true but has no fc.bias tensor; an "
+            "engine would run fc with a zero or random bias (vllm#11126). Export refused: re-save the checkpoint."
+        )
+    tensors = _prefix_map(state, {"layer.": "layers.0."})
+    needs_bias = engine == "sglang" or trained_bias  # SGLang's EAGLE fc = Linear(2H, H) always has a bias
+    if needs_bias and "fc.bias" not in tensors:
+        tensors["fc.bias"] = torch.zeros(H, dtype=state["fc.weight"].dtype)  # draft.fc_bias=false: bias 0
+    config = {
+        **{k: v for k, v in target.config.to_dict().items() if k not in ("transformers_version", "auto_map")},
+        **_layer_config(target),
+        "architectures": ["LlamaForCausalLMEagle"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "bias": needs_bias,
+        "eagle_fc_bias": needs_bias,
+        "tie_word_embeddings": False,
+    }
+    serve = (
+        [f"python -m sglang.launch_server --model-path {target.path} --speculative-algorithm EAGLE "
+         "--speculative-draft-model-path {dir} --speculative-num-steps 5 --speculative-eagle-topk 1 "
+         "--speculative-num-draft-tokens 6"]
+        if engine != "vllm" else
+        [f"vllm serve {target.path} --speculative-config "
+         "'{\"method\": \"eagle\", \"model\": \"{dir}\", \"num_speculative_tokens\": 5}'"]
+    )  # fmt: skip
+    export = Export(layout=f"eagle1-{engine}", engine=engine, config=config, tensors=tensors, serve=serve,
+                    layer_ids={"canonical": [target.num_layers], engine: [target.num_layers]},
+                    notes=["EAGLE-1 reads the target's post-norm last hidden state and its LM head."])  # fmt: skip
+    shapes = layer_shapes(target, "layers.0.", H, input_norm=False)
+    shapes["fc.weight"] = (H, 2 * H)
+    if needs_bias:
+        shapes["fc.bias"] = (H,)
+    spec = LayoutSpec(
+        tensors=shapes,
+        config={**_layer_spec_config(target), "num_hidden_layers": 1, "bias": needs_bias,
+                "eagle_fc_bias": needs_bias},
+        optional={"embed_tokens.weight": (target.vocab_size, H)},
+    )  # fmt: skip
+    return export, spec
