@@ -4,11 +4,13 @@ ngram           prompt lookup, no model
 self            the target drafting for itself (a sanity check: tau = depth + 1 at T=0 and T=1)
 DIR             a draftsmith checkpoint (config.json with "kind": medusa, eagle, eagle3, mtp), e.g. a run's final/
 DIR or HUB_ID   any Hugging Face causal LM with the target's tokenizer (draft_lm)
+ORG/NAME[@REV]  a drafter pushed with `draftsmith push` (downloaded, or read from the Hub cache offline)
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from draftsmith.models.draft_lm import load_draft_lm
@@ -37,6 +39,8 @@ def load_drafter_spec(spec: str, target: FrozenTarget, ngram_max: int = 3, ngram
     if spec == "self":
         return LMDrafter(target.model, name="self")
     path = Path(spec).expanduser()
+    if not path.exists():
+        path = resolve_hub_drafter(spec) or path
     config_file = path / "config.json"
     if config_file.is_file() and "kind" in json.loads(config_file.read_text()):
         return _draftsmith_checkpoint(path, target)
@@ -45,7 +49,35 @@ def load_drafter_spec(spec: str, target: FrozenTarget, ngram_max: int = 3, ngram
             f"--drafter {spec!r} is not a directory; pass ngram, self, a draftsmith checkpoint directory "
             "(a training run's final/), or a Hugging Face causal LM directory / Hub id"
         )
-    return LMDrafter(load_draft_lm(spec, target), name="draft_lm")
+    return LMDrafter(load_draft_lm(str(path) if path.is_dir() else spec, target), name="draft_lm")
+
+
+HUB_REPO = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
+
+
+def resolve_hub_drafter(spec: str) -> Path | None:
+    """The local snapshot of `ORG/NAME[@REVISION]` when that repository holds a draftsmith drafter (config.json
+    with a "kind", or a draft LM's draftsmith.json), downloaded or taken from the Hub cache (HF_HUB_OFFLINE=1
+    works); the `engines/` exports are not fetched. None for anything else (a plain Hub model id included)."""
+    match = HUB_REPO.match(spec)
+    if match is None:
+        return None
+    from huggingface_hub import snapshot_download
+
+    repo, revision = match["repo"], match["revision"]
+    try:
+        probe = Path(
+            snapshot_download(repo, revision=revision, allow_patterns=["config.json", "draftsmith.json"])
+        )
+    except (OSError, ValueError):  # unreachable, absent, or not cached: not ours to resolve
+        return None
+    config = probe / "config.json"
+    ours = (probe / "draftsmith.json").is_file() or (
+        config.is_file() and "kind" in json.loads(config.read_text())
+    )
+    if not ours:
+        return None
+    return Path(snapshot_download(repo, revision=revision, ignore_patterns=["engines/*"]))
 
 
 def _draftsmith_checkpoint(path: Path, target: FrozenTarget) -> Drafter:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from accelerate.utils import set_seed
 
 from draftsmith.models.checkpoint import save_drafter
@@ -61,6 +62,7 @@ def train_main(
             "heldout": result.eval,
             "heldout_at_start": result.initial_eval,
             "train": result.last_train,
+            "recipe": yaml.safe_load(config_yaml(cfg)),  # the resolved recipe (the Hub card shows it)
         }
         if save is None:
             final = save_drafter(output_dir / "final", method.model, target.identity(), {"training": summary})
