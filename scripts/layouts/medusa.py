@@ -76,19 +76,23 @@ def medusa_vllm(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
 
 
 def medusa_tgi(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
+    from draftsmith.eval.drift import adapter_dir
+
     K, n, H, V = _sizes(source, target)
     block, lm = "{i}.{j}.linear.", "{i}.{n}.weight"
+    # Medusa-2: the base model is the merged target written next to the heads (see _with_adapter).
+    base = "target" if adapter_dir(str(source["dir"])) is not None else source["target_name"]
     export = Export(
         layout="medusa-fasterdecoding", engine=engine, tensors=_renamed(source["state"], n, block, lm),
         weights_file="medusa_lm_head.safetensors",
-        config={"medusa_num_heads": K, "medusa_num_layers": n, "base_model_name_or_path": source["target_name"],
+        config={"medusa_num_heads": K, "medusa_num_layers": n, "base_model_name_or_path": base,
                 "hidden_size": H, "vocab_size": V},
         serve=["text-generation-launcher --model-id {dir} --speculate " + str(K)],
         notes=["TGI reads base_model_name_or_path from config.json and serves that target with these heads."],
     )  # fmt: skip
     spec = LayoutSpec(
         tensors=_head_shapes(K, n, H, V, block, lm),
-        config={"medusa_num_heads": K, "medusa_num_layers": n, "base_model_name_or_path": source["target_name"]},
+        config={"medusa_num_heads": K, "medusa_num_layers": n, "base_model_name_or_path": base},
     )  # fmt: skip
     return _with_adapter(export, source, target), spec
 
@@ -116,7 +120,10 @@ def _with_adapter(export: Export, source: dict[str, Any], target: TargetInfo) ->
 
     export.extra["target"] = write_merged
     if "base_model_name_or_path" in export.config:
-        export.config["base_model_name_or_path"] = "target"  # TGI: relative to the export directory
+        export.notes.append(
+            "base_model_name_or_path is `target` (this directory's merged model): TGI resolves it from its working "
+            "directory, so launch it from here or set the absolute path."
+        )
     export.notes.append(
         f"Medusa-2: the heads read the adapted target; serve {served} (written with the LoRA adapter merged), "
         "not the original target."
