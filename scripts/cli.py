@@ -117,7 +117,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
         "the deployment gate: fail a drafter below --min-tau or regressed from a baseline report",
     ),
     "export": (_export, "write a drafter in an engine's layout (vllm, sglang, tgi, hf), validated first"),
-    "push": (_push, "upload a drafter (or an export) to the Hugging Face Hub with a measured model card"),
+    "push": (_push, "upload a drafter with its engine exports and a model card of what was measured"),
     "quickstart": (
         _quickstart,
         "build the small toy target if absent, train Medusa heads, measure tau vs ngram",
