@@ -99,7 +99,8 @@ def per_prompt_rows(turns: Sequence[TurnResult]) -> list[dict[str, Any]]:
     return rows
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
+def fmt_value(value: Any, digits: int = 3) -> str:
+    """A report value for a Markdown table: "-" for none, floats to `digits` places."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -115,20 +116,20 @@ def markdown(report: dict[str, Any]) -> str:
         ("tree / depth", f"{s['tree']} / {s['depth']}"),
         ("temperature / top-p / top-k", f"{s['temperature']} / {s['top_p']} / {s['top_k']}"),
         ("prompts (turns)", f"{report['num_prompts']} ({report['num_turns']})"),
-        ("tau (tokens per verification forward)", _fmt(report["tau"])),
-        ("tau standard error (over answers)", _fmt(report["tau_stderr"])),
-        ("alpha (accepted / drafted)", _fmt(report["alpha"])),
-        ("acceptance by depth", " ".join(_fmt(a, 2) for a in report["acceptance_by_depth"]) or "-"),
+        ("tau (tokens per verification forward)", fmt_value(report["tau"])),
+        ("tau standard error (over answers)", fmt_value(report["tau_stderr"])),
+        ("alpha (accepted / drafted)", fmt_value(report["alpha"])),
+        ("acceptance by depth", " ".join(fmt_value(a, 2) for a in report["acceptance_by_depth"]) or "-"),
         ("target forwards (prefill + verify)", report["target_forwards"]),
         ("new tokens", report["new_tokens"]),
-        ("tokens/s (speculative)", _fmt(report["tokens_per_s"], 1)),
-        ("tokens/s (plain decoding)", _fmt(report["baseline_tokens_per_s"], 1)),
-        ("speedup", _fmt(report["speedup"], 2)),
-        ("lossless (T=0 check)", _fmt(report["lossless"])),
+        ("tokens/s (speculative)", fmt_value(report["tokens_per_s"], 1)),
+        ("tokens/s (plain decoding)", fmt_value(report["baseline_tokens_per_s"], 1)),
+        ("speedup", fmt_value(report["speedup"], 2)),
+        ("lossless (T=0 check)", fmt_value(report["lossless"])),
     ]
     drift = report.get("adapter_drift")
     if drift:  # Medusa-2: the served target is the adapted one
-        rows.append(("Medusa-2 drift: KL(original || adapted) per token", _fmt(drift["mean_kl"], 5)))
+        rows.append(("Medusa-2 drift: KL(original || adapted) per token", fmt_value(drift["mean_kl"], 5)))
         rows.append(
             ("Medusa-2 drift: greedy answers changed", f"{drift['greedy_changed']} of {drift['prompts']}")
         )
@@ -153,7 +154,9 @@ def plot_acceptance(report: dict[str, Any], out: Path) -> None:
     ax.set_ylim(0, 1)
     ax.set_xticks(range(1, len(rates) + 1))
     s = report["settings"]
-    ax.set_title(f"{Path(s['drafter']).name} {s['tree']} T={s['temperature']}: tau {_fmt(report['tau'], 2)}")
+    ax.set_title(
+        f"{Path(s['drafter']).name} {s['tree']} T={s['temperature']}: tau {fmt_value(report['tau'], 2)}"
+    )
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)

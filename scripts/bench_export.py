@@ -25,14 +25,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _doc_diff(kind: str, engine: str, out: Path, ckpt: str, built_layout: str) -> float:
     sys.path.insert(0, str(REPO / "tests" / "unit" / "scripts"))
-    import engine_reference as ref  # type: ignore[import-not-found]
+    import engine_reference as ref
 
     from draftsmith.models.checkpoint import load_drafter, read_drafter_config
     from draftsmith.models.eagle3 import shift_left
     from draftsmith.models.mtp import shift_tokens
     from draftsmith.models.target import FrozenTarget, TargetConfig
 
-    from .check_engine_load import __file__ as text_file
+    from .check_engine_load import sample_ids
 
     if kind == "draft_lm":
         from transformers import AutoModelForCausalLM
@@ -45,7 +45,7 @@ def _doc_diff(kind: str, engine: str, out: Path, ckpt: str, built_layout: str) -
     config = read_drafter_config(ckpt)
     target = FrozenTarget.load(TargetConfig(path=config["target"]["name_or_path"], dtype="float32"))
     draft, _ = load_drafter(ckpt, target)
-    ids = torch.tensor([target.tokenizer(Path(text_file).read_text())["input_ids"][:48]])
+    ids = sample_ids(target.tokenizer, 48)
     feats, _ = target.forward(ids, layer_ids=draft.feature_layers)
     emb, head = target.embed_tokens.weight, target.lm_head.weight
     with torch.no_grad():
@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                 report = run_closed_loop(ckpt, str(out), args.speculators_python)
                 row["engine_code"] = (
                     f"{report['max_abs_diff']:.1e} (speculators {report['speculators_version']}, "
+                    f"{report['steps']} TTT steps, {report['tokens']} tokens)"
                 )
-                row["engine_code"] += f"{report['steps']} TTT steps, {report['tokens']} tokens)"
             rows.append(row)
             print(f"{name} -> {engine}: {built.layout}, {len(passed)} checks, doc-loader diff {row['doc']:.1e}",
                   file=sys.stderr)  # fmt: skip

@@ -75,6 +75,13 @@ def engine_side(export_dir: str, inputs_file: str, tolerance: float) -> dict[str
             "ok": worst <= tolerance and bool(torch.equal(model.d2t.cpu().long(), data["d2t"]))}  # fmt: skip
 
 
+def sample_ids(tokenizer: Any, tokens: int) -> Any:
+    """`[1, tokens]` ids of real text every machine has (this file's own source)."""
+    import torch
+
+    return torch.tensor([tokenizer(Path(__file__).read_text())["input_ids"][:tokens]])
+
+
 def prepare_inputs(checkpoint: str, target_path: str | None, tokens: int, out_file: Path) -> dict[str, Any]:
     """draftsmith side: real text through the target and draftsmith's unroll; save inputs and logits."""
     import torch
@@ -93,8 +100,7 @@ def prepare_inputs(checkpoint: str, target_path: str | None, tokens: int, out_fi
     )
     draft, _ = load_drafter(checkpoint, target)
     draft = draft.float()
-    text = Path(__file__).read_text()  # real text every machine has (this file's own source)
-    ids = torch.tensor([target.tokenizer(text)["input_ids"][:tokens]])
+    ids = sample_ids(target.tokenizer, tokens)
     feats, _ = target.forward(ids, layer_ids=draft.feature_layers)
     g = torch.cat([feats[k] for k in draft.feature_layers], dim=-1)
     with torch.no_grad():

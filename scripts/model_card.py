@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from draftsmith.eval.report import fmt_value as _fmt
+
 KIND_TITLES = {
     "eagle3": "EAGLE-3 draft head",
     "eagle": "EAGLE-1 draft head",
@@ -24,14 +26,6 @@ KIND_TITLES = {
 KIND_TAGS = {"eagle3": ["eagle3", "eagle"], "eagle": ["eagle"], "medusa": ["medusa"], "mtp": ["mtp"],
              "draft_lm": ["draft-model", "distillation"]}  # fmt: skip
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def tau_table(reports: list[dict[str, Any]]) -> list[str]:

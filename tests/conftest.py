@@ -61,6 +61,18 @@ def tiny_random_target(toy_tokenizer):
     return FrozenTarget(make_tiny_llama(len(toy_tokenizer)), toy_tokenizer, "tiny-random-llama")
 
 
+@pytest.fixture(scope="session")
+def saved_tiny_target(tiny_random_target, tmp_path_factory):
+    """`tiny_random_target` saved as a model directory and reloaded from it (for code that reads the target
+    from disk: exports, pushes)."""
+    from draftsmith.models.target import FrozenTarget, TargetConfig
+
+    path = tmp_path_factory.mktemp("saved-target")
+    tiny_random_target.model.save_pretrained(path)
+    tiny_random_target.tokenizer.save_pretrained(path)
+    return FrozenTarget.load(TargetConfig(path=str(path), dtype="float32"))
+
+
 def _toy_source_hash() -> str:
     import draftsmith.models.stdlib_corpus as corpus
     import draftsmith.scripts.toy_target as toy

@@ -120,24 +120,33 @@ def _check_llama_family(target: TargetInfo, what: str) -> None:
         )
 
 
-def _draft_vocab_spec(source: dict[str, Any], target: TargetInfo) -> tuple[int, dict[str, tuple[int, ...]]]:
-    vd = int(source["config"]["draft_vocab_size"])
-    return vd, {"d2t": (vd,), "t2d": (target.vocab_size,), "lm_head.weight": (vd, target.hidden_size),
-                "norm.weight": (target.hidden_size,), "fc.weight": (target.hidden_size, 3 * target.hidden_size)}  # fmt: skip
+def _eagle3_common(
+    source: dict[str, Any], target: TargetInfo, engine: str, layer: str
+) -> tuple[list[int], list[int], int, dict[str, torch.Tensor], LayoutSpec]:
+    """What both EAGLE-3 layouts share: `(canonical ids, engine ids, draft vocabulary size, tensors renamed with
+    the draft layer under `layer`, the spec of those tensors)`. Each layout adds its config and config checks."""
+    _check_llama_family(target, "EAGLE-3 export")
+    canonical = [int(i) for i in source["config"]["feature_layers"]]
+    ids = to_engine_ids(canonical, engine, target.num_layers)
+    vd, H, V = int(source["config"]["draft_vocab_size"]), target.hidden_size, target.vocab_size
+    tensors = _prefix_map(source["state"], {
+        "layer.": layer, "norm_in.": layer + "input_layernorm.", "norm_hidden.": layer + "hidden_norm.",
+        "norm_final.": "norm.", "lm_head_d.": "lm_head.",
+    })  # fmt: skip
+    spec = LayoutSpec(
+        tensors={**layer_shapes(target, layer, 2 * H, input_norm=True), layer + "hidden_norm.weight": (H,),
+                 "d2t": (vd,), "t2d": (V,), "lm_head.weight": (vd, H), "norm.weight": (H,), "fc.weight": (H, 3 * H)},
+        optional={"embed_tokens.weight": (V, H)},
+        draft_vocab=("d2t", "t2d", vd),
+        dtypes={"d2t": torch.int64, "t2d": torch.bool},
+    )  # fmt: skip
+    return canonical, ids, vd, tensors, spec
 
 
 def eagle3_sglang(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
     """EAGLE-3 -> the official / SGLang layout (`LlamaForCausalLMEagle3`, `midlayer.*`)."""
-    _check_llama_family(target, "EAGLE-3 export")
-    state, cfg = source["state"], source["config"]
-    canonical = [int(i) for i in cfg["feature_layers"]]
-    ids = to_engine_ids(canonical, "sglang", target.num_layers)
-    vd, vocab_shapes = _draft_vocab_spec(source, target)
-    H = target.hidden_size
-    tensors = _prefix_map(state, {
-        "layer.": "midlayer.", "norm_in.": "midlayer.input_layernorm.", "norm_hidden.": "midlayer.hidden_norm.",
-        "norm_final.": "norm.", "lm_head_d.": "lm_head.",
-    })  # fmt: skip
+    canonical, ids, vd, tensors, spec = _eagle3_common(source, target, "sglang", "midlayer.")
+    state, H = source["state"], target.hidden_size
     eagle_config = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True,
                     "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
                     "use_mtp_layernorm": False}  # fmt: skip
@@ -165,31 +174,16 @@ def eagle3_sglang(source: dict[str, Any], target: TargetInfo, engine: str) -> tu
         notes=["eagle_aux_hidden_state_layer_ids are in SGLang's convention (canonical - 1): serve this directory "
                "with SGLang (or TensorRT-LLM); for vLLM export with --to vllm."],
     )  # fmt: skip
-    spec = LayoutSpec(
-        tensors={**layer_shapes(target, "midlayer.", 2 * H, input_norm=True),
-                 "midlayer.hidden_norm.weight": (H,), **vocab_shapes},
-        config={**_layer_spec_config(target), "num_hidden_layers": 1, "draft_vocab_size": vd,
-                "eagle_config.eagle_aux_hidden_state_layer_ids": [c - 1 for c in canonical],
-                "eagle_config.use_aux_hidden_state": True, "tie_word_embeddings": False},
-        optional={"embed_tokens.weight": (target.vocab_size, H)},
-        draft_vocab=("d2t", "t2d", vd),
-        dtypes={"d2t": torch.int64, "t2d": torch.bool},
-    )  # fmt: skip
+    spec.config = {**_layer_spec_config(target), "num_hidden_layers": 1, "draft_vocab_size": vd,
+                   "eagle_config.eagle_aux_hidden_state_layer_ids": [c - 1 for c in canonical],
+                   "eagle_config.use_aux_hidden_state": True, "tie_word_embeddings": False}  # fmt: skip
     return export, spec
 
 
 def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
     """EAGLE-3 -> vLLM's self-describing speculators format (`speculators_model_type: eagle3`)."""
-    _check_llama_family(target, "EAGLE-3 export")
-    state, cfg = source["state"], source["config"]
-    canonical = [int(i) for i in cfg["feature_layers"]]
-    ids = to_engine_ids(canonical, "vllm", target.num_layers)
-    vd, vocab_shapes = _draft_vocab_spec(source, target)
-    H = target.hidden_size
-    tensors = _prefix_map(state, {
-        "layer.": "layers.0.", "norm_in.": "layers.0.input_layernorm.", "norm_hidden.": "layers.0.hidden_norm.",
-        "norm_final.": "norm.", "lm_head_d.": "lm_head.",
-    })  # fmt: skip
+    canonical, ids, vd, tensors, spec = _eagle3_common(source, target, "vllm", "layers.0.")
+    state, cfg, H = source["state"], source["config"], target.hidden_size
     layer = target.config.to_dict()
     layer.update(num_hidden_layers=1, layer_types=["full_attention"], use_sliding_window=False,
                  sliding_window=None, tie_word_embeddings=False)  # fmt: skip
@@ -229,17 +223,10 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
     )  # fmt: skip
     layer_spec = {"transformer_layer_config." + k: v for k, v in _layer_config(target).items()
                   if k not in ("rope_theta", "rope_scaling")}  # fmt: skip
-    spec = LayoutSpec(
-        tensors={**layer_shapes(target, "layers.0.", 2 * H, input_norm=True),
-                 "layers.0.hidden_norm.weight": (H,), **vocab_shapes},
-        config={**layer_spec_config_rope(target), **layer_spec, "speculators_model_type": "eagle3",
-                "transformer_layer_config.num_hidden_layers": 1, "draft_vocab_size": vd,
-                "eagle_aux_hidden_state_layer_ids": canonical, "norm_before_fc": False, "fc_norm": False,
-                "norm_before_residual": False, "norm_output": False},
-        optional={"embed_tokens.weight": (target.vocab_size, H)},
-        draft_vocab=("d2t", "t2d", vd),
-        dtypes={"d2t": torch.int64, "t2d": torch.bool},
-    )  # fmt: skip
+    spec.config = {**layer_spec_config_rope(target), **layer_spec, "speculators_model_type": "eagle3",
+                   "transformer_layer_config.num_hidden_layers": 1, "draft_vocab_size": vd,
+                   "eagle_aux_hidden_state_layer_ids": canonical, "norm_before_fc": False, "fc_norm": False,
+                   "norm_before_residual": False, "norm_output": False}  # fmt: skip
     return export, spec
 
 

@@ -19,7 +19,7 @@ from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, shift_left
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.mtp import MTPConfig, MTPDraft, shift_tokens
-from draftsmith.models.target import FrozenTarget, TargetConfig
+from draftsmith.models.target import FrozenTarget
 from draftsmith.scripts.export import export, main
 from draftsmith.scripts.layouts.common import (
     ExportError,
@@ -36,12 +36,9 @@ VD = 100  # pruned EAGLE-3 draft vocabulary
 
 
 @pytest.fixture(scope="module")
-def target(tiny_random_target, tmp_path_factory) -> FrozenTarget:
-    """The tiny random Llama saved as a model directory (exports read the target from disk) and reloaded."""
-    path = tmp_path_factory.mktemp("target")
-    tiny_random_target.model.save_pretrained(path)
-    tiny_random_target.tokenizer.save_pretrained(path)
-    return FrozenTarget.load(TargetConfig(path=str(path), dtype="float32"))
+def target(saved_tiny_target) -> FrozenTarget:
+    """The tiny random Llama read from a model directory (exports read the target from disk)."""
+    return saved_tiny_target
 
 
 def _randomize(model: torch.nn.Module, seed: int) -> None:

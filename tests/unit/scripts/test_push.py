@@ -15,7 +15,7 @@ import yaml
 from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map
-from draftsmith.models.target import FrozenTarget, TargetConfig
+from draftsmith.models.target import FrozenTarget
 from draftsmith.scripts.push import main, stage
 
 REPORT = {
@@ -28,11 +28,9 @@ REPORT = {
 
 
 @pytest.fixture(scope="module")
-def target(tiny_random_target, tmp_path_factory) -> FrozenTarget:
-    path = tmp_path_factory.mktemp("target")
-    tiny_random_target.model.save_pretrained(path)
-    tiny_random_target.tokenizer.save_pretrained(path)
-    return FrozenTarget.load(TargetConfig(path=str(path), dtype="float32"))
+def target(saved_tiny_target) -> FrozenTarget:
+    """The tiny random Llama read from a model directory (exports read the target from disk)."""
+    return saved_tiny_target
 
 
 @pytest.fixture()
