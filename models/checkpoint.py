@@ -63,6 +63,7 @@ def save_drafter(
     model: nn.Module,
     target_identity: dict[str, Any],
     extra: dict[str, Any] | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write `model` (a registered drafter with a dataclass `config`) as a draftsmith checkpoint.
 
@@ -71,6 +72,7 @@ def save_drafter(
         model: the drafter; its class carries `kind` and `feature_layers`, its `config` the hyper-parameters.
         target_identity: `FrozenTarget.identity()` of the target it was trained for.
         extra: more JSON-safe entries for config.json (e.g. training summary).
+        state_dict: the weights to write instead of `model.state_dict()` (gathered from a sharded engine).
     """
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -88,7 +90,8 @@ def save_drafter(
     }
     tmp = atomic_write_dir(out)
     # Clone: safetensors refuses tensors that share storage, and a contiguous copy is what should ship.
-    state = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    weights = model.state_dict() if state_dict is None else state_dict
+    state = {k: v.detach().to("cpu").contiguous().clone() for k, v in weights.items()}
     save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "kind": config["kind"]})
     (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     commit_dir(tmp, out)

@@ -144,13 +144,18 @@ def load_draft_lm(spec: str, target: FrozenTarget) -> Any:
 
 
 def save_draft_lm(
-    out: str | Path, model: Any, target: FrozenTarget, extra: dict[str, Any] | None = None
+    out: str | Path,
+    model: Any,
+    target: FrozenTarget,
+    extra: dict[str, Any] | None = None,
+    state_dict: dict[str, Any] | None = None,
 ) -> Path:
     """Write `model` as a transformers directory with the target's tokenizer and `draftsmith.json`
-    (draftsmith version, the target's identity, `extra` such as the training summary). Atomic."""
+    (draftsmith version, the target's identity, `extra` such as the training summary). Atomic.
+    `state_dict`: the weights gathered from a sharded engine, written instead of the model's own."""
     out = Path(out)
     tmp = atomic_write_dir(out)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=state_dict)
     target.tokenizer.save_pretrained(tmp)
     metadata = {"draftsmith_version": draftsmith_version(), "kind": "draft_lm", "target": target.identity(),
                 **(extra or {})}  # fmt: skip

@@ -12,10 +12,11 @@ requested ids are kept alive, which matters for big targets and long sequences.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -88,11 +89,18 @@ class FrozenTarget:
                 f"target {name_or_path!r} ({type(model).__name__}) has no `layers`/`norm` decoder modules; "
                 "draftsmith supports decoder-only models laid out like Llama/Qwen/Mistral/Gemma."
             )
+        # False when loaded for offline training (embedding, norm and head only): forward() then refuses.
+        self.has_layers = len(self.decoder.layers) == self.num_layers
 
     @classmethod
-    def load(cls, cfg: TargetConfig, device: torch.device | str = "cpu") -> FrozenTarget:
-        """Load tokenizer and model from the Hub or a local directory (no network needed for a directory)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    def load(cls, cfg: TargetConfig, device: torch.device | str = "cpu", layers: bool = True) -> FrozenTarget:
+        """Load tokenizer and model from the Hub or a local directory (no network needed for a directory).
+
+        With `layers=False` only the embedding, final norm and LM head are loaded (the decoder layers are
+        never built nor read): what training from an offline feature cache needs. The config still reports
+        the real layer count, so layer ids, drafter shapes and the identity are those of the full target.
+        """
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         if not cfg.path:
             raise ValueError(
@@ -108,9 +116,16 @@ class FrozenTarget:
         kwargs: dict[str, Any] = {"revision": cfg.revision, "trust_remote_code": cfg.trust_remote_code}
         try:
             tokenizer = AutoTokenizer.from_pretrained(cfg.path, **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(
-                cfg.path, dtype=resolve_dtype(cfg.dtype, device), **kwargs
-            )
+            config = AutoConfig.from_pretrained(cfg.path, **kwargs)
+            text_config = config.get_text_config()
+            num_layers = int(text_config.num_hidden_layers)
+            if not layers:
+                _set_layer_count(text_config, 0)
+            with _quiet_unused_weights(enabled=not layers):
+                model = AutoModelForCausalLM.from_pretrained(
+                    cfg.path, config=config, dtype=resolve_dtype(cfg.dtype, device), **kwargs
+                )
+            _set_layer_count(model.config.get_text_config(), num_layers)
         except OSError as err:
             raise FileNotFoundError(
                 f"could not load target {cfg.path!r}: {err}. Pass a local model directory or a Hub id that "
@@ -156,6 +171,11 @@ class FrozenTarget:
         `position_ids` the positions of the new tokens, both used as given.
         """
         self.check_layer_ids(layer_ids)
+        if not self.has_layers:
+            raise RuntimeError(
+                f"target {self.name_or_path!r} was loaded without its decoder layers (training from an offline "
+                "cache), so it cannot run a forward pass; this step needs the live target"
+            )
         captured: dict[LayerId, torch.Tensor] = {}
         handles = []
         for lid in layer_ids:
@@ -180,6 +200,25 @@ class FrozenTarget:
         logits = self.lm_head(final) if return_logits else None
         return {lid: captured[lid] for lid in layer_ids}, logits
 
+    def batch_features(
+        self, batch: dict[str, torch.Tensor], layer_ids: Sequence[LayerId], return_logits: bool = False
+    ) -> tuple[dict[LayerId, torch.Tensor], torch.Tensor | None]:
+        """The features (and logits) of a training batch: taken from the batch when an offline cache put
+        them there (`feat.<id>` entries; the logits recomputed from `feat.final` through the frozen LM
+        head), else computed by `forward`."""
+        if not any(k.startswith(FEATURE_PREFIX) for k in batch):
+            return self.forward(batch["input_ids"], batch["attention_mask"], layer_ids, return_logits)
+        needed = list(layer_ids) + (["final"] if return_logits and "final" not in layer_ids else [])
+        missing = [lid for lid in needed if f"{FEATURE_PREFIX}{lid}" not in batch]
+        if missing:
+            raise KeyError(
+                f"the batch's cached features lack layer ids {missing}; rebuild the cache for this recipe"
+            )
+        dtype: torch.dtype = self.lm_head.weight.dtype  # type: ignore[assignment]
+        feats = {lid: batch[f"{FEATURE_PREFIX}{lid}"].to(dtype) for lid in layer_ids}
+        logits = self.lm_head(batch[f"{FEATURE_PREFIX}final"].to(dtype)) if return_logits else None
+        return feats, logits
+
     def identity(self) -> dict[str, Any]:
         """What a drafter checkpoint records about the target it was trained for."""
         template = getattr(self.tokenizer, "chat_template", None)
@@ -193,6 +232,36 @@ class FrozenTarget:
             "tokenizer_sha256": tokenizer_fingerprint(self.tokenizer),
             "chat_template_sha256": sha256_text(template) if isinstance(template, str) else None,
         }
+
+
+FEATURE_PREFIX = "feat."  # batch keys of features read from an offline cache (train/core/feature_cache.py)
+
+
+def _set_layer_count(text_config: Any, n: int) -> None:
+    """Set a config's decoder layer count, with its per-layer lists (e.g. `layer_types`) cut or restored."""
+    types = getattr(text_config, "layer_types", None)
+    if isinstance(types, list):
+        full = getattr(text_config, "_draftsmith_layer_types", types)
+        text_config._draftsmith_layer_types = full
+        text_config.layer_types = full[:n]
+    text_config.num_hidden_layers = n
+
+
+@contextlib.contextmanager
+def _quiet_unused_weights(enabled: bool) -> Iterator[None]:
+    """Silence transformers' load report while loading a target without its layers (their weights are
+    unused on purpose)."""
+    if not enabled:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def _capture_input(store: dict[LayerId, torch.Tensor], lid: LayerId) -> Any:

@@ -7,6 +7,9 @@
     draftsmith train medusa --config RECIPE [k=v ...]    train Medusa heads (single process; use
                                                          `accelerate launch train/medusa.py` for several)
     draftsmith train eagle|mtp|distill --config RECIPE   EAGLE-1/3 heads, MTP modules, a distilled LM
+    draftsmith cache METHOD --config RECIPE data.cache=DIR [--storage bf16|fp8]
+                                                         run the target once, store the features the
+                                                         drafter reads; then train with data.cache=DIR
     draftsmith eval --target DIR --drafter CKPT|ngram|self|HF_DIR --data FILE
                                                          speculative decoding on held-out prompts: tau,
                                                          speedup, lossless check, deployment gate
@@ -69,6 +72,12 @@ def _data(argv: Sequence[str]) -> int:
     return 2
 
 
+def _cache(argv: Sequence[str]) -> int:
+    from draftsmith.scripts.cache_hidden_states import main as cache_main
+
+    return cache_main(list(argv))
+
+
 def _build_target(argv: Sequence[str]) -> int:
     from draftsmith.scripts import build_toy_target
 
@@ -111,6 +120,10 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "build-target": (_build_target, "train a small Llama toy target on real text (CPU, deterministic)"),
     "data": (_data, "inspect a recipe's data; regenerate answers with the target"),
     "train": (_train, "train a drafter (medusa, eagle, mtp, distill): draftsmith train medusa --config ..."),
+    "cache": (
+        _cache,
+        "store a recipe's target features offline (bf16/fp8 shards); train from them with data.cache=DIR",
+    ),
     "eval": (_eval, "measure a drafter by real speculative decoding: tau, speedup, --min-tau gate"),
     "gate": (
         _gate,

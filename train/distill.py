@@ -32,7 +32,7 @@ from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, save_draft
 from draftsmith.models.eagle3 import shift_left
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import divergence
-from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig, stop_token_ids
 from draftsmith.train.core.data import DataBundle, DataConfig, collate, left_pad
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
@@ -125,9 +125,7 @@ class DistillMethod:
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         m = answer_positions(batch)
         draft_logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[m]
-        _, target_logits = self.target.forward(
-            batch["input_ids"], batch["attention_mask"], layer_ids=("final",), return_logits=True
-        )
+        _, target_logits = self.target.batch_features(batch, ("final",), return_logits=True)
         assert target_logits is not None
         target_logits = target_logits[m]
         cfg = self.cfg
@@ -199,6 +197,16 @@ class DistillMethod:
         return {f"{prefix}/tau_estimate": sum(alpha**d for d in range(TAU_ESTIMATE_DEPTH + 1))}
 
 
+def cache_layers(cfg: DistillRecipe, target: FrozenTarget) -> list[LayerId]:
+    """What an offline cache must hold: `final`, through which the frozen head gives the target's logits."""
+    if cfg.distill.on_policy > 0:
+        raise ValueError(
+            f"distill.on_policy={cfg.distill.on_policy} scores the draft's own samples with the live target, "
+            "which an offline cache cannot do: set distill.on_policy=0 or drop data.cache"
+        )
+    return ["final"]
+
+
 def build_method(cfg: DistillRecipe, target: FrozenTarget, data: DataBundle) -> DistillMethod:
     draft = build_draft_lm(cfg.draft, target)
     pad_id = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
@@ -225,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return train_main(
         DistillRecipe, argv, "draftsmith train distill", __doc__ or "", build_method,
         lambda result, method: format_report(result.eval, method.term_names[0], result.initial_eval),
-        save=save_draft_lm,
+        save=save_draft_lm, cache_layers=cache_layers,
     )  # fmt: skip
 
 

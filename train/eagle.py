@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
-from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, shift_left
+from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, default_feature_layers, shift_left
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import eagle1_loss, eagle3_step_loss
-from draftsmith.models.target import FrozenTarget, TargetConfig
+from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
@@ -90,9 +90,7 @@ class EagleMethod:
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         ids = batch["input_ids"]
-        feats, target_logits = self.target.forward(
-            ids, batch["attention_mask"], layer_ids=self.feature_layers, return_logits=True
-        )
+        feats, target_logits = self.target.batch_features(batch, self.feature_layers, return_logits=True)
         assert target_logits is not None
         draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
         masks = step_masks(batch, 1 if self.version == 1 else len(self.term_names))
@@ -132,6 +130,8 @@ class _Eagle3Train(Eagle3Draft):
 def assistant_token_counts(dataset: object, vocab_size: int) -> torch.Tensor:
     """How often each token id is a trained (assistant) token in `dataset` (EAGLE-3's vocabulary scan)."""
     counts = torch.zeros(vocab_size, dtype=torch.long)
+    tokens_only = getattr(dataset, "tokens_only", None)  # an offline cache: skip decoding its features
+    dataset = tokens_only() if tokens_only is not None else dataset
     for i in range(len(dataset)):  # type: ignore[arg-type]
         sample = dataset[i]  # type: ignore[index]
         ids = torch.as_tensor(sample["input_ids"])[torch.as_tensor(sample["loss_mask"]).bool()]
@@ -155,6 +155,14 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
     return draft
 
 
+def cache_layers(cfg: EagleRecipe, target: FrozenTarget) -> list[LayerId]:
+    """What an offline cache must hold for this recipe: the feature taps, and `final` for the logits."""
+    if cfg.draft.version == 1:
+        return ["final"]
+    taps = cfg.draft.feature_layers or default_feature_layers(target.num_layers)
+    return [*(int(i) for i in taps), "final"]
+
+
 def build_method(cfg: EagleRecipe, target: FrozenTarget, data: DataBundle) -> EagleMethod:
     target.check_layer_ids(cfg.draft.feature_layers or [])
     return EagleMethod(target, build_draft(cfg, target, data.train))
@@ -164,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return train_main(
         EagleRecipe, argv, "draftsmith train eagle", __doc__ or "", build_method,
         lambda result, method: format_step_table(result.eval, method.term_names, result.initial_eval),
+        cache_layers=cache_layers,
     )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from draftsmith.models.errors import run_main
 from draftsmith.models.losses import divergence, medusa_loss, medusa_token_counts
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.medusa2 import ADAPTER_DIR, Medusa2Config, Medusa2Model
-from draftsmith.models.target import FrozenTarget, TargetConfig
+from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
@@ -67,7 +67,7 @@ class MedusaMethod:
     def loss_terms(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        feats, _ = self.target.forward(batch["input_ids"], batch["attention_mask"], layer_ids=("final",))
+        feats, _ = self.target.batch_features(batch, ("final",))
         logits = model(feats["final"])  # [K, B, T, V]
         sums, _, metrics = medusa_loss(logits, batch["input_ids"], batch["loss_mask"])
         return sums, metrics
@@ -109,6 +109,16 @@ class Medusa2Method:
         ]
 
 
+def cache_layers(cfg: MedusaRecipe, target: FrozenTarget) -> list[LayerId]:
+    """What an offline cache must hold: Medusa-1 heads read `final` only (their labels are the data's tokens)."""
+    if cfg.medusa2.enabled:
+        raise ValueError(
+            "Medusa-2 trains an adapter inside the target's own layers, so it needs the live target and cannot "
+            "train from an offline cache: drop data.cache (or set medusa2.enabled=false for Medusa-1 heads)"
+        )
+    return ["final"]
+
+
 def build_method(cfg: MedusaRecipe, target: FrozenTarget, data: DataBundle) -> MedusaMethod | Medusa2Method:
     heads = MedusaHeads(cfg.model, target.hidden_size, target.vocab_size)
     if cfg.model.init_from_lm_head:
@@ -118,10 +128,17 @@ def build_method(cfg: MedusaRecipe, target: FrozenTarget, data: DataBundle) -> M
     return MedusaMethod(target, heads)
 
 
-def save_final(out: Path, model: Any, target: FrozenTarget, extra: dict[str, Any]) -> Path:
-    """Medusa-1: the heads. Medusa-2: the heads plus the adapter in `adapter/` (peft's format)."""
+def save_final(
+    out: Path,
+    model: Any,
+    target: FrozenTarget,
+    extra: dict[str, Any],
+    state_dict: dict[str, Any] | None = None,
+) -> Path:
+    """Medusa-1: the heads. Medusa-2: the heads plus the adapter in `adapter/` (peft's format; Medusa-2 is
+    never sharded, so `state_dict` is None for it)."""
     if not isinstance(model, Medusa2Model):
-        return save_drafter(out, model, target.identity(), extra)
+        return save_drafter(out, model, target.identity(), extra, state_dict=state_dict)
     final = save_drafter(out, model.heads, target.identity(), {**extra, "medusa2": {"adapter": ADAPTER_DIR}})
     model.backbone.save_pretrained(str(final / ADAPTER_DIR))
     return final
@@ -131,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return train_main(
         MedusaRecipe, argv, "draftsmith train medusa", __doc__ or "", build_method,
         lambda result, method: format_accuracy_table(result.eval, len(method.term_names), result.initial_eval),
-        save=save_final,
+        save=save_final, cache_layers=cache_layers,
     )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from draftsmith.models.errors import run_main
 from draftsmith.models.mtp import MTPConfig, MTPDraft, shift_tokens
-from draftsmith.models.target import FrozenTarget, TargetConfig
+from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
@@ -73,9 +73,7 @@ class MTPMethod:
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         ids = batch["input_ids"]
-        feats, target_logits = self.target.forward(
-            ids, batch["attention_mask"], layer_ids=self.feature_layers, return_logits=True
-        )
+        feats, target_logits = self.target.batch_features(batch, self.feature_layers, return_logits=True)
         assert target_logits is not None
         greedy = target_logits.argmax(-1)  # column j: the target's choice for t_{j+1}
         sums, top1, agree = [], [], []
@@ -100,6 +98,11 @@ class MTPMethod:
         if any(a is None for a in accs):
             return {}
         return {f"{prefix}/tau_estimate": chain_tau_estimate(accs)}
+
+
+def cache_layers(cfg: MTPRecipe, target: FrozenTarget) -> list[LayerId]:
+    """What an offline cache must hold: the last residual stream (pre-norm) and `final` for the logits."""
+    return [target.num_layers, "final"]
 
 
 def build_method(cfg: MTPRecipe, target: FrozenTarget, data: DataBundle) -> MTPMethod:
@@ -130,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return train_main(
         MTPRecipe, argv, "draftsmith train mtp", __doc__ or "", build_method,
         lambda result, method: format_depth_table(result.eval, len(method.term_names), result.initial_eval),
+        cache_layers=cache_layers,
     )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import Dataset
@@ -69,6 +69,17 @@ class DataConfig:
     )
     eval_max_samples: int | None = field(
         default=200, metadata={"help": "At most this many eval samples (the first ones; None: all)."}
+    )
+    cache: str | None = field(
+        default=None,
+        metadata={
+            "help": "An offline hidden-state cache directory (`draftsmith cache`): train on its samples and "
+            "stored target features without loading the target's layers; the sources above are then unused."
+        },
+    )
+    cache_verify: bool = field(
+        default=True,
+        metadata={"help": "Check every cache shard's sha256 before training (sizes are always checked)."},
     )
 
     def __post_init__(self) -> None:
@@ -161,11 +172,27 @@ class TokenizedDataset(Dataset):
 
 @dataclass
 class DataBundle:
-    """The datasets of one run and their statistics (`stats["train"]`, `stats["eval"]`)."""
+    """The datasets of one run and their statistics (`stats["train"]`, `stats["eval"]`).
 
-    train: TokenizedDataset
-    eval: TokenizedDataset
+    The datasets are `TokenizedDataset`s, or `CachedFeatureDataset`s (whose items also hold the target's
+    features) when the run trains from an offline cache.
+    """
+
+    train: Any
+    eval: Any
     stats: dict[str, DataStats]
+
+
+def load_cached_datasets(cache: Any, dtype: torch.dtype) -> DataBundle:
+    """The train and eval splits of an opened `FeatureCache`, features decoded to `dtype`."""
+    stats = {}
+    for split in ("train", "eval"):
+        info = cache.index["splits"].get(split, {"samples": 0, "tokens": 0, "trained_tokens": 0})
+        stats[split] = DataStats(
+            samples=info["samples"], tokens=info["tokens"], trained_tokens=info["trained_tokens"]
+        )
+    evals = cache.dataset("eval", dtype) if "eval" in cache.index["splits"] else TokenizedDataset([], [], [])
+    return DataBundle(train=cache.dataset("train", dtype), eval=evals, stats=stats)
 
 
 def build_datasets(
@@ -276,7 +303,8 @@ def collate(samples: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, to
 
     Returns:
         `input_ids` [B, T] long (pad_id on padding), `attention_mask` [B, T] long (0 on padding) and
-        `loss_mask` [B, T] bool (False on padding).
+        `loss_mask` [B, T] bool (False on padding). Any other per-token entry (an offline cache's features,
+        `[T, H]`) is stacked to `[B, T, H]` with zeros on padding.
     """
     if not samples:
         raise ValueError("collate got an empty batch; expected at least one sample")
@@ -284,12 +312,19 @@ def collate(samples: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, to
     input_ids = torch.full((len(samples), longest), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(samples), longest), dtype=torch.long)
     loss_mask = torch.zeros((len(samples), longest), dtype=torch.bool)
+    extra = {
+        k: torch.zeros((len(samples), longest, *v.shape[1:]), dtype=v.dtype)
+        for k, v in samples[0].items()
+        if k not in ("input_ids", "loss_mask")
+    }
     for row, sample in enumerate(samples):
         n = len(sample["input_ids"])
         input_ids[row, :n] = sample["input_ids"]
         attention_mask[row, :n] = 1
         loss_mask[row, :n] = sample["loss_mask"]
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask}
+        for k, v in extra.items():
+            v[row, :n] = sample[k]
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask, **extra}
 
 
 def _read_sources(sources: list[str], format: str, limit: int | None) -> list[Conversation]:

@@ -1,5 +1,6 @@
-"""What every `train/<method>.py` main does around its method: parse the recipe, load the target and data,
-run the loop, save `final/`. The method script supplies how to build its drafter and how to report."""
+"""What every `train/<method>.py` main does around its method: parse the recipe, load the target and data
+(or an offline feature cache), shard the target like the drafter's engine, run the loop, save `final/`.
+The method script supplies how to build its drafter, which target layers it reads, and how to report."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import yaml
 from accelerate.utils import set_seed
 
 from draftsmith.models.checkpoint import save_drafter
-from draftsmith.models.target import FrozenTarget
+from draftsmith.models.target import FrozenTarget, LayerId, check_target_identity
 
 from .config import config_yaml
 from .config_cli import make_parser, parse_args
-from .data import DataBundle, build_datasets
-from .loop import LoopResult, Method, make_accelerator, run_training
+from .data import DataBundle, build_datasets, load_cached_datasets
+from .distributed import make_accelerator, shard_frozen_target, shard_kind
+from .feature_cache import FeatureCache
+from .loop import LoopResult, Method, run_training
 
 
 def train_main(
@@ -26,13 +29,15 @@ def train_main(
     description: str,
     build_method: Callable[[Any, FrozenTarget, DataBundle], Method],
     report: Callable[[LoopResult, Method], str],
-    save: Callable[[Path, Any, FrozenTarget, dict[str, Any]], Path] | None = None,
+    cache_layers: Callable[[Any, FrozenTarget], list[LayerId]],
+    save: Callable[..., Path] | None = None,
 ) -> int:
     """Train the drafter `build_method(cfg, target, data)` returns, as the recipe `recipe_cls` says.
 
     Writes the run directory (checkpoints, metrics.jsonl) and `final/` with the held-out metrics, and prints
-    `report(result, method)` on the main process. `save(dir, model, target, extra)` writes `final/`
-    (default: a draftsmith drafter checkpoint).
+    `report(result, method)` on the main process. `cache_layers(cfg, target)` names the target layers the
+    drafter reads (what `data.cache` must hold). `save(dir, model, target, extra, state_dict=...)` writes
+    `final/` (default: a draftsmith drafter checkpoint).
     """
     parser = make_parser(recipe_cls, prog=prog, description=description)
     parser.add_argument(
@@ -42,14 +47,34 @@ def train_main(
     cfg: Any
     cfg, args = parse_args(recipe_cls, parser, argv)
     output_dir = Path(cfg.output_dir)
-    accelerator = make_accelerator(cfg.train, cfg.log, output_dir)
-    set_seed(cfg.seed)
-    target = FrozenTarget.load(cfg.target, accelerator.device)
-    data = build_datasets(
-        cfg.data, target.tokenizer, seed=cfg.seed, progress=accelerator.is_local_main_process
+    accelerator = make_accelerator(
+        cfg.train.mixed_precision, cfg.train.grad_accum, "wandb" if cfg.log.wandb else None, output_dir
     )
-    method = build_method(cfg, target, data)
+    set_seed(cfg.seed)
+    progress = accelerator.is_local_main_process
+    if cfg.data.cache:
+        # Offline: the cache holds the samples and the target's features; only the target's embedding,
+        # final norm and LM head are loaded (the logits are recomputed from the cached `final` state).
+        cache = FeatureCache.open(cfg.data.cache, verify=cfg.data.cache_verify, progress=progress)
+        target = FrozenTarget.load(cfg.target, accelerator.device, layers=False)
+        check_target_identity(cache.index["target"], target.identity(), f"the cache {cache.directory}")
+        cache.require_layers(cache_layers(cfg, target), prog)
+        data = load_cached_datasets(cache, target.lm_head.weight.dtype)
+    else:
+        target = FrozenTarget.load(cfg.target, accelerator.device)
+        data = build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=progress)
+    method = build_method(cfg, target, data)  # before sharding: drafters may copy target weights
     method.model.to(accelerator.device)
+    kind = shard_kind(accelerator)
+    if kind is not None:
+        target_params = {id(p) for p in target.model.parameters()}
+        if any(id(p) in target_params for p in method.model.parameters()):
+            raise ValueError(
+                f"this drafter trains parameters inside the target (Medusa-2's adapter), which {kind} would shard "
+                "twice; train it under DDP or DeepSpeed ZeRO-1/2 (recipes/accelerate/ddp.yaml or zero2.yaml)"
+            )
+        if target.has_layers:
+            shard_frozen_target(target.model, kind, accelerator.device.type)
     pad_id = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
     result = run_training(
         method, accelerator=accelerator, train_dataset=data.train, eval_dataset=data.eval, pad_id=pad_id,
@@ -64,10 +89,13 @@ def train_main(
             "train": result.last_train,
             "recipe": yaml.safe_load(config_yaml(cfg)),  # the resolved recipe (the Hub card shows it)
         }
+        extra = {"training": summary}
         if save is None:
-            final = save_drafter(output_dir / "final", method.model, target.identity(), {"training": summary})
+            final = save_drafter(
+                output_dir / "final", method.model, target.identity(), extra, state_dict=result.state_dict
+            )
         else:
-            final = save(output_dir / "final", method.model, target, {"training": summary})
+            final = save(output_dir / "final", method.model, target, extra, state_dict=result.state_dict)
         print(report(result, method))
         print(f"drafter checkpoint: {final}")
     accelerator.wait_for_everyone()

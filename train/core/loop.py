@@ -8,10 +8,8 @@ same update for any split into ranks x micro-batches x accumulation (DESIGN.md s
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,11 +19,13 @@ from typing import Any, Literal, Protocol
 import torch
 from accelerate import Accelerator
 from accelerate.logging import get_logger
+from accelerate.utils import DistributedType
 from torch import nn
 from tqdm.auto import tqdm
 
 from .checkpointing import read_trainer_state, resolve_resume, save_checkpoint
 from .data import collate
+from .distributed import configure_deepspeed
 from .metrics import MetricsLog, MetricWindow, read_metrics
 from .sampler import StepSchedule
 
@@ -123,19 +123,9 @@ class LoopResult:
     last_train: dict[str, float]
     eval: dict[str, float]
     initial_eval: dict[str, float]  # held-out metrics before the first step (empty when resumed)
-
-
-def make_accelerator(train: TrainConfig, log: LogConfig, output_dir: Path) -> Accelerator:
-    """The run's Accelerator. Without a GPU it is told `cpu=True`: that is what makes accelerate join a
-    torchrun / `accelerate launch` process group over gloo instead of running every rank as rank 0."""
-    if not torch.cuda.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # else DeepSpeed warns on stdout when it probes
-    return Accelerator(
-        cpu=not torch.cuda.is_available(),
-        mixed_precision=train.mixed_precision,
-        log_with="wandb" if log.wandb else None,
-        project_dir=str(output_dir),
-    )
+    # The drafter's full weights gathered from an FSDP / DeepSpeed engine (main process), whose unwrapped
+    # module holds only this rank's shards; None when the unwrapped module holds them.
+    state_dict: dict[str, torch.Tensor] | None = None
 
 
 def cosine_with_warmup(total_steps: int, warmup_steps: int, min_lr_ratio: float) -> Any:
@@ -255,6 +245,7 @@ def run_training(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, [_from_step(start, schedule_fn) for start in starts]
     )
+    configure_deepspeed(accelerator, train.micro_batch_size, train.grad_accum, train.max_grad_norm)
     model, optimizer = accelerator.prepare(method.model, optimizer)
     accelerator.register_for_checkpointing(scheduler)
     if log.wandb:
@@ -264,6 +255,7 @@ def run_training(
             init_kwargs={"wandb": {"mode": log.wandb_mode, "dir": str(output_dir), "name": log.run_name}},
         )
 
+    trainable = sum(p.numel() for g in param_groups for p in g["params"])  # all the optimizer updates
     step = 0
     if resume_from is not None:
         state = read_trainer_state(resume_from)
@@ -291,6 +283,7 @@ def run_training(
             "num_train_samples": len(train_dataset),
             "seed": seed,
             "num_processes": accelerator.num_processes,
+            "trainable_parameters": trainable,
         }
 
     metrics_log = MetricsLog(accelerator, output_dir)
@@ -315,17 +308,21 @@ def run_training(
         batch_counts = [method.token_counts(b).to(accelerator.device) for b in batches]
         global_counts = accelerator.reduce(sum(batch_counts), "sum").clamp(min=1)  # per term, whole window
         for j, batch in enumerate(batches):
-            # Gradients are all-reduced (averaged over ranks) only on the window's last micro-batch.
-            sync = j == len(batches) - 1
-            with contextlib.nullcontext() if sync else accelerator.no_sync(model), accelerator.autocast():
+            # accumulate(): gradients are all-reduced (DDP) or the DeepSpeed engine steps only on the window's
+            # last micro-batch, and accelerate divides the loss by grad_accum (DeepSpeed's engine does).
+            with accelerator.accumulate(model), accelerator.autocast():
                 sums, metrics = method.loss_terms(model, batch)
-                # x num_processes undoes DDP's gradient averaging: the result is sum / global tokens.
-                loss = (weights * sums.float() / global_counts).sum() * accelerator.num_processes
+                # x grad_accum undoes that division and x num_processes the ranks' gradient averaging: the
+                # gradient is that of sum / global tokens of the whole window.
+                scale = accelerator.num_processes * train.grad_accum
+                loss = (weights * sums.float() / global_counts).sum() * scale
                 accelerator.backward(loss)
             window.add(sums, batch_counts[j], metrics)
             tokens_window += batch["attention_mask"].sum()
         max_norm = train.max_grad_norm if train.max_grad_norm else float("inf")
-        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)  # DeepSpeed: clipped in-engine
+        if grad_norm is None and hasattr(model, "get_global_grad_norm"):
+            grad_norm = model.get_global_grad_norm()
         if grad_norm is not None:
             window.add_scalar("train/grad_norm", grad_norm)
         window.add_scalar("train/lr", scheduler.get_last_lr()[0])
@@ -362,8 +359,12 @@ def run_training(
         metrics_log.write(step, eval_metrics)
     # The caller ends the run (`accelerator.end_training()`) after saving: ending it here would tear down
     # the process group, after which every rank believes it is the main process.
+    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    state_dict = accelerator.get_state_dict(model) if sharded else None  # a collective: every rank calls it
     method.model = accelerator.unwrap_model(model)
-    return LoopResult(step=step, last_train=last_train, eval=eval_metrics, initial_eval=initial_eval)
+    return LoopResult(
+        step=step, last_train=last_train, eval=eval_metrics, initial_eval=initial_eval, state_dict=state_dict
+    )
 
 
 def _truncate_metrics(path: Path, step: int, accelerator: Accelerator) -> None:
