@@ -17,19 +17,17 @@ def env() -> dict[str, str]:
     return e
 
 
-def train_cmd(nproc: int = 1, method: str = "medusa") -> list[str]:
+def train_cmd(nproc: int = 1, method: str = "medusa", engine: str | None = None) -> list[str]:
+    """The command a user runs: the script alone, or `accelerate launch --config_file
+    recipes/accelerate/<engine>.yaml` (default ddp for several processes)."""
     script = str(REPO / "train" / f"{method}.py")
-    if nproc == 1:
+    if nproc == 1 and engine is None:
         return [sys.executable, script]
+    config = REPO / "recipes" / "accelerate" / f"{engine or 'ddp'}.yaml"
     return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(nproc),
-        script,
-    ]
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+        "--num_processes", str(nproc), "--main_process_port", "0", script,
+    ]  # fmt: skip
 
 
 def run_recipe(
@@ -40,17 +38,19 @@ def run_recipe(
     timeout: int = 600,
     method: str = "medusa",
     recipe: str = "medusa/tiny.yaml",
+    engine: str | None = None,
+    check: bool = True,
 ) -> subprocess.CompletedProcess:
     args = [
-        *train_cmd(nproc, method),
+        *train_cmd(nproc, method, engine),
         "--config",
         str(REPO / "recipes" / recipe),
         f"target.path={target}",
         f"output_dir={out}",
         *overrides,
     ]
-    proc = subprocess.run(args, env=env(), capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, (
+    proc = subprocess.run(args, env=env(), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert not check or proc.returncode == 0, (
         f"exit {proc.returncode}\nSTDOUT\n{proc.stdout[-3000:]}\nSTDERR\n{proc.stderr[-5000:]}"
     )
     return proc

@@ -142,7 +142,9 @@ def write_shard(
             tensors[feature_key(lid) + suffix] = t
     path = directory / f"{name}.safetensors"
     tmp = path.with_suffix(".safetensors.tmp")
-    save_file(tensors, str(tmp), metadata={"format": FORMAT, "storage": storage})
+    # One metadata entry: safetensors writes a map's entries in no fixed order, which would change the
+    # bytes (and the checksum) of a shard rewritten with the same content.
+    save_file(tensors, str(tmp), metadata={"format": f"{FORMAT}:{storage}"})
     with tmp.open("rb") as f:
         os.fsync(f.fileno())
     os.chmod(tmp, 0o644)  # safetensors creates the file 0600; a cache is meant to be shared
