@@ -93,12 +93,15 @@ class FrozenTarget:
         self.has_layers = len(self.decoder.layers) == self.num_layers
 
     @classmethod
-    def load(cls, cfg: TargetConfig, device: torch.device | str = "cpu", layers: bool = True) -> FrozenTarget:
+    def load(
+        cls, cfg: TargetConfig, device: torch.device | str = "cpu", layers: int | None = None
+    ) -> FrozenTarget:
         """Load tokenizer and model from the Hub or a local directory (no network needed for a directory).
 
-        With `layers=False` only the embedding, final norm and LM head are loaded (the decoder layers are
-        never built nor read): what training from an offline feature cache needs. The config still reports
-        the real layer count, so layer ids, drafter shapes and the identity are those of the full target.
+        `layers=k` builds and loads only the embedding, the first k decoder layers, the final norm and the
+        LM head (the other layers are never built nor read): training from an offline feature cache needs
+        k=0, or the layers a draft LM copies. The config still reports the real layer count, so layer ids,
+        drafter shapes and the identity are those of the full target; `forward` then refuses to run.
         """
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -119,9 +122,10 @@ class FrozenTarget:
             config = AutoConfig.from_pretrained(cfg.path, **kwargs)
             text_config = config.get_text_config()
             num_layers = int(text_config.num_hidden_layers)
-            if not layers:
-                _set_layer_count(text_config, 0)
-            with _quiet_unused_weights(enabled=not layers):
+            partial = layers is not None and layers < num_layers
+            if partial:
+                _set_layer_count(text_config, max(0, int(layers)))  # type: ignore[arg-type]
+            with _quiet_unused_weights(enabled=partial):
                 model = AutoModelForCausalLM.from_pretrained(
                     cfg.path, config=config, dtype=resolve_dtype(cfg.dtype, device), **kwargs
                 )

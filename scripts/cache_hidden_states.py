@@ -159,16 +159,19 @@ def summary(index_path: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in TRAIN_METHODS:
+    usage = (
+        "usage: draftsmith cache METHOD --config RECIPE [KEY=VALUE ...] data.cache=DIR [--storage bf16|fp8]"
+    )
+    if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
-        print(
-            "usage: draftsmith cache METHOD --config RECIPE [KEY=VALUE ...] data.cache=DIR [--storage bf16|fp8]"
-        )
-        print("methods: " + ", ".join(sorted(TRAIN_METHODS)))
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"\ndraftsmith cache: unknown method {argv[0]!r}")
-            return 2
+        print(usage + "\nmethods: " + ", ".join(sorted(TRAIN_METHODS)))
+        print("`draftsmith cache METHOD --help` lists the options and every recipe key.")
         return 0 if argv else 2
+    if argv[0] not in TRAIN_METHODS:
+        print(
+            f"{usage}\ndraftsmith cache: unknown method {argv[0]!r}; choose from {', '.join(sorted(TRAIN_METHODS))}"
+        )
+        return 2
     method, rest = argv[0], argv[1:]
     recipe_cls = importlib.import_module(TRAIN_METHODS[method]).RECIPE
     parser = make_parser(recipe_cls, prog=f"draftsmith cache {method}", description=__doc__ or "")

@@ -234,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         DistillRecipe, argv, "draftsmith train distill", __doc__ or "", build_method,
         lambda result, method: format_report(result.eval, method.term_names[0], result.initial_eval),
         save=save_draft_lm, cache_layers=cache_layers,
+        offline_target_layers=lambda cfg: cfg.draft.num_layers if cfg.draft.init == "target" else 0,
     )  # fmt: skip
 
 

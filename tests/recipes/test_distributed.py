@@ -80,7 +80,9 @@ def test_sharding_engines_are_refused_on_cpu_with_a_clear_message(tiny_toy_targe
     assert proc.returncode != 0
     assert "this machine has no GPU" in proc.stderr and "recipes/accelerate/ddp.yaml" in proc.stderr
     # Each process prints one `error:` line (the launcher then reports the failed children on its own).
-    assert "error: this run was launched with a" in proc.stderr and "EngineUnavailableError" not in proc.stderr
+    assert (
+        "error: this run was launched with a" in proc.stderr and "EngineUnavailableError" not in proc.stderr
+    )
     assert not (tmp_path / "r" / "final").exists()
 
 

@@ -31,13 +31,15 @@ def train_main(
     report: Callable[[LoopResult, Method], str],
     cache_layers: Callable[[Any, FrozenTarget], list[LayerId]],
     save: Callable[..., Path] | None = None,
+    offline_target_layers: Callable[[Any], int] = lambda cfg: 0,
 ) -> int:
     """Train the drafter `build_method(cfg, target, data)` returns, as the recipe `recipe_cls` says.
 
     Writes the run directory (checkpoints, metrics.jsonl) and `final/` with the held-out metrics, and prints
     `report(result, method)` on the main process. `cache_layers(cfg, target)` names the target layers the
-    drafter reads (what `data.cache` must hold). `save(dir, model, target, extra, state_dict=...)` writes
-    `final/` (default: a draftsmith drafter checkpoint).
+    drafter reads (what `data.cache` must hold); `offline_target_layers(cfg)` how many of the target's first
+    decoder layers to load anyway when training from it (a draft LM initialised from them). `save(dir,
+    model, target, extra, state_dict=...)` writes `final/` (default: a draftsmith drafter checkpoint).
     """
     parser = make_parser(recipe_cls, prog=prog, description=description)
     parser.add_argument(
@@ -56,7 +58,7 @@ def train_main(
         # Offline: the cache holds the samples and the target's features; only the target's embedding,
         # final norm and LM head are loaded (the logits are recomputed from the cached `final` state).
         cache = FeatureCache.open(cfg.data.cache, verify=cfg.data.cache_verify, progress=progress)
-        target = FrozenTarget.load(cfg.target, accelerator.device, layers=False)
+        target = FrozenTarget.load(cfg.target, accelerator.device, layers=offline_target_layers(cfg))
         check_target_identity(cache.index["target"], target.identity(), f"the cache {cache.directory}")
         cache.require_layers(cache_layers(cfg, target), prog)
         data = load_cached_datasets(cache, target.lm_head.weight.dtype)

@@ -166,7 +166,7 @@ def test_training_batches_from_the_cache_give_the_online_loss(tiny_toy_target, b
     target loaded without its layers) equal those of the same batch computed online."""
     cfg = eagle_cfg(tiny_toy_target, bf16_cache)
     live = FrozenTarget.load(cfg.target)
-    head_only = FrozenTarget.load(cfg.target, layers=False)
+    head_only = FrozenTarget.load(cfg.target, layers=0)
     assert not head_only.has_layers and len(head_only.decoder.layers) == 0
     assert head_only.identity() == live.identity()
     assert sum(p.numel() for p in head_only.model.parameters()) < 0.5 * sum(
