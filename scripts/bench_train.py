@@ -143,13 +143,15 @@ def main(argv: list[str] | None = None) -> int:
                                 storage, tau_data)  # fmt: skip
         index = FeatureCache.open(cache, verify=False).index["splits"]
         run = args.out / f"eagle3-{storage}"
-        shutil.rmtree(run, ignore_errors=True)
         t0 = time.perf_counter()
-        importlib.import_module("draftsmith.train.eagle").main(
-            ["--config", str(REPO / "recipes" / "eagle" / "eagle3_toy.yaml"), f"target.path={args.target}",
-             f"output_dir={run}", f"data.cache={cache}", "checkpoint.every=0", *tau_data]
-        )  # fmt: skip
-        train_s = time.perf_counter() - t0
+        reused = (run / "final").is_dir()
+        if not reused:  # a finished training run is reused by a rerun
+            shutil.rmtree(run, ignore_errors=True)
+            importlib.import_module("draftsmith.train.eagle").main(
+                ["--config", str(REPO / "recipes" / "eagle" / "eagle3_toy.yaml"), f"target.path={args.target}",
+                 f"output_dir={run}", f"data.cache={cache}", "checkpoint.every=0", *tau_data]
+            )  # fmt: skip
+        train_s = None if reused else time.perf_counter() - t0
         from draftsmith.eval.acceptance import EvalArgs, evaluate
         from draftsmith.eval.drafters import load_drafter_spec
 
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         r = evaluate(
             EvalArgs(target=args.target, drafter=str(run / "final"), data="stdlib:heldout",
                      num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, depth=5, temperature=0.0,
-                     baseline=False, check_lossless=True, progress=False),
+                     baseline=True, check_lossless=True, progress=False),
             target, load_drafter_spec(str(run / "final"), target),
         )  # fmt: skip
         train = index["train"]
