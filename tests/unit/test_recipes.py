@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from importlib.resources import files
 from pathlib import Path
 
@@ -15,10 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPE_CLASSES = {"medusa": MedusaRecipe, "eagle": EagleRecipe, "distill": DistillRecipe, "mtp": MTPRecipe}
 # Update when adding a recipe: a glob that silently finds fewer files than exist must fail.
 EXPECTED_RECIPES = 10
+ACCELERATE = REPO / "recipes" / "accelerate"  # launch configs, not method recipes
 
 
 def test_every_recipe_parses():
-    found = sorted((REPO / "recipes").rglob("*.yaml"))
+    found = sorted(p for p in (REPO / "recipes").rglob("*.yaml") if ACCELERATE not in p.parents)
     assert len(found) == EXPECTED_RECIPES, [str(p) for p in found]
     for path in found:
         method = path.relative_to(REPO / "recipes").parts[0]
@@ -27,8 +29,29 @@ def test_every_recipe_parses():
         assert cfg.target.path == "some/target"
 
 
+def test_accelerate_launch_configs_load_as_accelerate_reads_them():
+    """Each launch config is read by accelerate's own loader into the engine its name says, and the DeepSpeed
+    JSON it names exists and leaves the recipe's settings to the recipe ("auto")."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    expected = {"single": "NO", "ddp": "MULTI_GPU", "fsdp": "FSDP", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED"}
+    assert sorted(p.stem for p in ACCELERATE.glob("*.yaml")) == sorted(expected)
+    for name, engine in expected.items():
+        cfg = load_config_from_file(str(ACCELERATE / f"{name}.yaml"))
+        assert str(cfg.distributed_type).split(".")[-1] == engine, name
+        if engine == "FSDP":
+            assert cfg.fsdp_config["fsdp_version"] == 2
+        if engine == "DEEPSPEED":
+            ds = json.loads((REPO / cfg.deepspeed_config["deepspeed_config_file"]).read_text())
+            assert ds["zero_optimization"]["stage"] == int(name[-1])
+            for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping"):
+                assert ds[key] == "auto", (name, key)
+            if name == "zero3":  # final/ needs the gathered weights
+                assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+
+
 def test_recipes_ship_as_package_data():
     packaged = files("draftsmith.recipes")
-    for path in (REPO / "recipes").rglob("*.yaml"):
+    for path in [*(REPO / "recipes").rglob("*.yaml"), *(REPO / "recipes").rglob("*.json")]:
         rel = path.relative_to(REPO / "recipes")
         assert packaged.joinpath(*rel.parts).read_text() == path.read_text()
