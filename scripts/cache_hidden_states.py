@@ -42,7 +42,8 @@ from draftsmith.train.core.feature_cache import (
 )
 
 SETTINGS_NAME = "settings.json"  # the header, written first: a resumed build must use the same settings
-DEFAULT_SHARD_TOKENS = 1 << 18  # ~262k tokens: 2 GiB of bf16 features for 4 layers of H=4096
+# 65,536 tokens: for 4 layers of H = 4096, a 2 GiB bf16 shard, built in 4 GiB of float32 host memory.
+DEFAULT_SHARD_TOKENS = 1 << 16
 
 
 @torch.no_grad()
@@ -182,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--shard-tokens",
         type=int,
         default=DEFAULT_SHARD_TOKENS,
-        help=f"tokens per shard (default {DEFAULT_SHARD_TOKENS})",
+        help=f"tokens per shard; a shard is built in host memory as float32 (default {DEFAULT_SHARD_TOKENS})",
     )
     parser.add_argument("--batch-size", type=int, default=8, help="samples per target forward (default 8)")
     cfg, args = parse_args(recipe_cls, parser, rest)

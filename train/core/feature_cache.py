@@ -228,7 +228,12 @@ class FeatureCache:
                 "`draftsmith cache METHOD --config RECIPE target.path=... data.cache=DIR` (or finish an "
                 "interrupted build by running the same command again)"
             )
-        index = json.loads(path.read_text())
+        try:
+            index = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise CacheError(
+                f"{path} is not valid JSON ({err}); rerun the `draftsmith cache` command that built it"
+            ) from err
         if index.get("format") != FORMAT:
             raise CacheError(f"{path} is not a draftsmith feature cache (format {index.get('format')!r})")
         if index.get("format_version", 0) > FORMAT_VERSION:
