@@ -34,7 +34,13 @@ def test_accelerate_launch_configs_load_as_accelerate_reads_them():
     JSON it names exists and leaves the recipe's settings to the recipe ("auto")."""
     from accelerate.commands.config.config_args import load_config_from_file
 
-    expected = {"single": "NO", "ddp": "MULTI_GPU", "fsdp": "FSDP", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED"}
+    expected = {
+        "single": "NO",
+        "ddp": "MULTI_GPU",
+        "fsdp": "FSDP",
+        "zero2": "DEEPSPEED",
+        "zero3": "DEEPSPEED",
+    }
     assert sorted(p.stem for p in ACCELERATE.glob("*.yaml")) == sorted(expected)
     for name, engine in expected.items():
         cfg = load_config_from_file(str(ACCELERATE / f"{name}.yaml"))

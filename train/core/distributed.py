@@ -99,7 +99,8 @@ def shard_frozen_target(model: Any, kind: ShardKind, device_type: str) -> Any:
     fsdp: every decoder layer becomes its own FSDP2 unit, gathered for its forward and freed after. The
         embedding, final norm and LM head stay whole on every rank: drafters call them directly (EAGLE's
         and MTP's shared embedding and head) and a separate unit for a tied embedding/head pair would
-        split one parameter across two groups. For a Llama-8B that leaves ~1 GB of 16 replicated.
+        split one parameter across two groups. For Llama-3-8B that leaves its 2.1 GB embedding and head (bf16)
+        replicated out of 16 GB.
     zero3: a DeepSpeed engine without an optimizer partitions every parameter and gathers each module's
         parameters in its forward pre-hook, including the embedding and head when a drafter calls them.
 
