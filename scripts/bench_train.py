@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-METHODS = {  # name: (train module, recipe, extra overrides)
-    "medusa": ("medusa", "medusa/toy.yaml", []),
-    "eagle1": ("eagle", "eagle/eagle1_toy.yaml", []),
-    "eagle3": ("eagle", "eagle/eagle3_toy.yaml", []),
-    "mtp": ("mtp", "mtp/toy.yaml", []),
-    "distill": ("distill", "distill/toy.yaml", []),
+METHODS: dict[str, tuple[str, str]] = {  # name: (train module, recipe)
+    "medusa": ("medusa", "medusa/toy.yaml"),
+    "eagle1": ("eagle", "eagle/eagle1_toy.yaml"),
+    "eagle3": ("eagle", "eagle/eagle3_toy.yaml"),
+    "mtp": ("mtp", "mtp/toy.yaml"),
+    "distill": ("distill", "distill/toy.yaml"),
 }
 
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         )[0],
         "mtp": _cache("mtp", "mtp/toy.yaml", args.target, args.out / "cache-mtp", "bf16", data)[0],
     }
-    for name, (module_name, recipe, extra) in METHODS.items():
+    for name, (module_name, recipe) in METHODS.items():
         if f"throughput/{name}" in done:
             continue
         module = importlib.import_module(f"draftsmith.train.{module_name}")
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(run, ignore_errors=True)  # a run a killed benchmark left half-way
             cache_arg = [f"data.cache={cache}"] if mode == "offline" else []
             module.main(["--config", str(REPO / "recipes" / recipe), f"target.path={args.target}",
-                         f"output_dir={run}", *data, *short, *extra, *cache_arg])  # fmt: skip
+                         f"output_dir={run}", *data, *short, *cache_arg])  # fmt: skip
             w = _window(run)
             row[f"{mode}_tokens_per_s"] = w["perf/tokens_per_s"]
             row[f"{mode}_step_s"] = w["perf/step_s"]

@@ -195,6 +195,13 @@ def test_drafters_that_need_the_live_target_refuse_a_cache(tiny_toy_target):
     )
     with pytest.raises(ValueError, match="Medusa-2 trains an adapter inside the target"):
         medusa_layers(cfg, None)  # type: ignore[arg-type]
+    from draftsmith.train.distill import RECIPE as DISTILL_RECIPE
+    from draftsmith.train.distill import cache_layers as distill_layers
+
+    on_policy = load_config(DISTILL_RECIPE, None, ["target.path=t", "distill.on_policy=0.5"])
+    with pytest.raises(ValueError, match="on_policy=0.5 scores the draft's own samples with the live target"):
+        distill_layers(on_policy, None)  # type: ignore[arg-type]
+    assert distill_layers(load_config(DISTILL_RECIPE, None, ["target.path=t"]), None) == ["final"]  # type: ignore[arg-type]
 
 
 def test_recipe_trains_from_the_cache_on_two_processes(tiny_toy_target, bf16_cache, tmp_path):
