@@ -38,6 +38,7 @@ from draftsmith.train.core.feature_cache import (
     plan_shards,
     shard_name,
     write_index,
+    write_json,
     write_shard,
 )
 
@@ -92,7 +93,7 @@ def build_cache(
     }
     _check_same_settings(out, header)
     if rank == 0:
-        (out / SETTINGS_NAME).write_text(json.dumps(header, indent=2) + "\n")
+        write_json(out / SETTINGS_NAME, header)  # atomic: the other processes may be reading it
     planned: list[tuple[str, int]] = []
     work = []
     for split, dataset in (("train", data.train), ("eval", data.eval)):

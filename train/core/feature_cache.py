@@ -160,7 +160,7 @@ def write_shard(
         ),
         "sha256": sha256_file(path),
     }
-    _write_json(directory / f"{name}.json", entry)
+    write_json(directory / f"{name}.json", entry)
     return entry
 
 
@@ -192,11 +192,12 @@ def write_index(directory: Path, header: dict[str, Any], splits: dict[str, list[
             "shards": entries,
         }
     path = directory / INDEX_NAME
-    _write_json(path, index)
+    write_json(path, index)
     return path
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` as JSON atomically (a temporary sibling, then a rename)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
