@@ -320,9 +320,8 @@ def run_training(
             window.add(sums, batch_counts[j], metrics)
             tokens_window += batch["attention_mask"].sum()
         max_norm = train.max_grad_norm if train.max_grad_norm else float("inf")
-        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)  # DeepSpeed: clipped in-engine
-        if grad_norm is None and hasattr(model, "get_global_grad_norm"):
-            grad_norm = model.get_global_grad_norm()
+        # DeepSpeed clips inside its engine step (at the recipe's max_grad_norm) and this returns its norm.
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
         if grad_norm is not None:
             window.add_scalar("train/grad_norm", grad_norm)
         window.add_scalar("train/lr", scheduler.get_last_lr()[0])
