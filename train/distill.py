@@ -116,6 +116,9 @@ class DistillMethod:
         self.term_names = [cfg.divergence]
         self.term_weights = torch.ones(1)
         self.stop_ids = stop_token_ids(target)
+        # On-policy steps generate with the draft on some ranks only, which a sharded (FSDP / ZeRO-3) draft
+        # cannot do: every forward there is a collective. train_main refuses that combination.
+        self.generates = cfg.on_policy > 0
 
     def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return answer_positions(batch).sum().float().reshape(1)

@@ -75,6 +75,11 @@ def train_main(
                 f"this drafter trains parameters inside the target (Medusa-2's adapter), which {kind} would shard "
                 "twice; train it under DDP or DeepSpeed ZeRO-1/2 (recipes/accelerate/ddp.yaml or zero2.yaml)"
             )
+        if getattr(method, "generates", False):
+            raise ValueError(
+                f"on-policy distillation generates with the draft on each rank independently, which a {kind}-sharded "
+                "draft cannot do (its forwards are collectives); set distill.on_policy=0 or launch with ddp.yaml / zero2.yaml"
+            )
         if target.has_layers:
             shard_frozen_target(target.model, kind, accelerator.device.type)
     pad_id = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
