@@ -35,15 +35,21 @@ def main() -> None:
     layers = (1, target.num_layers, "final")
     ref, ref_logits = target.forward(ids, mask, layer_ids=layers, return_logits=True)
     ref_embed = target.embed_tokens(ids)
+    x = ref["final"].detach().clone().requires_grad_(True)  # gradients flow through the frozen head
+    (target.lm_head(x) ** 2).sum().backward()  # into a drafter's predicted features (EAGLE-1, MTP)
+    ref_grad = x.grad
     full = local_parameter_count(target.model)
     shard_frozen_target(target.model, kind, "cpu")  # type: ignore[arg-type]
     feats, logits = target.forward(ids, mask, layer_ids=layers, return_logits=True)
     embed = target.embed_tokens(ids)  # what EAGLE / MTP drafters call directly
     head = target.lm_head(ref["final"])
+    y = ref["final"].detach().clone().requires_grad_(True)
+    (target.lm_head(y) ** 2).sum().backward()
     diffs = {str(k): float((feats[k] - ref[k]).abs().max()) for k in layers}
     diffs["logits"] = float((logits - ref_logits).abs().max())  # type: ignore[operator]
     diffs["embed"] = float((embed - ref_embed).abs().max())
     diffs["head"] = float((head - ref_logits).abs().max())  # type: ignore[operator]
+    diffs["head_grad"] = float((y.grad - ref_grad).abs().max())  # type: ignore[operator]
     result = {"full": full, "local": local_parameter_count(target.model), "diffs": diffs}
     if dist.get_rank() == 0:
         with open(out, "w") as f:

@@ -89,7 +89,8 @@ def test_sharding_engines_are_refused_on_cpu_with_a_clear_message(tiny_toy_targe
 @pytest.mark.parametrize("kind", ["fsdp", "zero3"])
 def test_frozen_target_sharded_across_two_processes_computes_the_same(tiny_toy_target, tmp_path, kind):
     """The target sharding FSDP / ZeRO-3 training uses, on 2 gloo processes: every rank holds a part of the
-    weights, and features, logits and the embedding / head calls drafters make equal the unsharded target."""
+    weights, and features, logits, the embedding / head calls drafters make and the gradient back through the
+    frozen head (into a drafter's features) equal the unsharded target's."""
     out = tmp_path / "result.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            str(REPO / "tests" / "recipes" / "_shard_target.py"), kind, str(tiny_toy_target), str(out)]  # fmt: skip
