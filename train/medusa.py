@@ -135,8 +135,8 @@ def save_final(
     extra: dict[str, Any],
     state_dict: dict[str, Any] | None = None,
 ) -> Path:
-    """Medusa-1: the heads. Medusa-2: the heads plus the adapter in `adapter/` (peft's format; Medusa-2 is
-    never sharded, so `state_dict` is None for it)."""
+    """Medusa-1: the heads. Medusa-2: the heads plus the adapter in `adapter/` (peft's format). Medusa-2 runs
+    only where its parameters stay whole on every rank (DDP, ZeRO-1/2), so `state_dict` is None for it."""
     if not isinstance(model, Medusa2Model):
         return save_drafter(out, model, target.identity(), extra, state_dict=state_dict)
     final = save_drafter(out, model.heads, target.identity(), {**extra, "medusa2": {"adapter": ADAPTER_DIR}})

@@ -19,13 +19,12 @@ from typing import Any, Literal, Protocol
 import torch
 from accelerate import Accelerator
 from accelerate.logging import get_logger
-from accelerate.utils import DistributedType
 from torch import nn
 from tqdm.auto import tqdm
 
 from .checkpointing import read_trainer_state, resolve_resume, save_checkpoint
 from .data import collate
-from .distributed import configure_deepspeed
+from .distributed import configure_deepspeed, shard_kind
 from .metrics import MetricsLog, MetricWindow, read_metrics
 from .sampler import StepSchedule
 
@@ -123,8 +122,8 @@ class LoopResult:
     last_train: dict[str, float]
     eval: dict[str, float]
     initial_eval: dict[str, float]  # held-out metrics before the first step (empty when resumed)
-    # The drafter's full weights gathered from an FSDP / DeepSpeed engine (main process), whose unwrapped
-    # module holds only this rank's shards; None when the unwrapped module holds them.
+    # The drafter's full weights gathered from FSDP / ZeRO-3 (main process), whose unwrapped module holds
+    # only this rank's shards; None when the unwrapped module holds them (single, DDP, ZeRO-1/2).
     state_dict: dict[str, torch.Tensor] | None = None
 
 
@@ -358,8 +357,8 @@ def run_training(
         metrics_log.write(step, eval_metrics)
     # The caller ends the run (`accelerator.end_training()`) after saving: ending it here would tear down
     # the process group, after which every rank believes it is the main process.
-    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
-    state_dict = accelerator.get_state_dict(model) if sharded else None  # a collective: every rank calls it
+    # FSDP / ZeRO-3 leave each rank a shard of the drafter: gather it (a collective: every rank calls it).
+    state_dict = accelerator.get_state_dict(model) if shard_kind(accelerator) is not None else None
     method.model = accelerator.unwrap_model(model)
     return LoopResult(
         step=step, last_train=last_train, eval=eval_metrics, initial_eval=initial_eval, state_dict=state_dict
