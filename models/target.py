@@ -213,14 +213,14 @@ class FrozenTarget:
         if not any(k.startswith(FEATURE_PREFIX) for k in batch):
             return self.forward(batch["input_ids"], batch["attention_mask"], layer_ids, return_logits)
         needed = list(layer_ids) + (["final"] if return_logits and "final" not in layer_ids else [])
-        missing = [lid for lid in needed if f"{FEATURE_PREFIX}{lid}" not in batch]
+        missing = [lid for lid in needed if feature_key(lid) not in batch]
         if missing:
             raise KeyError(
                 f"the batch's cached features lack layer ids {missing}; rebuild the cache for this recipe"
             )
         dtype: torch.dtype = self.lm_head.weight.dtype  # type: ignore[assignment]
-        feats = {lid: batch[f"{FEATURE_PREFIX}{lid}"].to(dtype) for lid in layer_ids}
-        logits = self.lm_head(batch[f"{FEATURE_PREFIX}final"].to(dtype)) if return_logits else None
+        feats = {lid: batch[feature_key(lid)].to(dtype) for lid in layer_ids}
+        logits = self.lm_head(batch[feature_key("final")].to(dtype)) if return_logits else None
         return feats, logits
 
     def identity(self) -> dict[str, Any]:
@@ -239,6 +239,11 @@ class FrozenTarget:
 
 
 FEATURE_PREFIX = "feat."  # batch keys of features read from an offline cache (train/core/feature_cache.py)
+
+
+def feature_key(lid: LayerId) -> str:
+    """The batch / cache-shard key of layer `lid`'s features."""
+    return f"{FEATURE_PREFIX}{lid}"
 
 
 def _set_layer_count(text_config: Any, n: int) -> None:

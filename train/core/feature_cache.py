@@ -34,7 +34,7 @@ from safetensors.torch import save_file
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from draftsmith.models.target import FEATURE_PREFIX, LayerId
+from draftsmith.models.target import FEATURE_PREFIX, LayerId, feature_key
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +49,6 @@ FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448 for e4m3fn
 
 class CacheError(ValueError):
     """A cache that cannot be used as it is: missing, truncated, corrupt, or for another target/drafter."""
-
-
-def feature_key(lid: LayerId) -> str:
-    """The batch / shard key of layer `lid`'s features."""
-    return f"{FEATURE_PREFIX}{lid}"
 
 
 def parse_layer_id(text: str) -> LayerId:
@@ -335,11 +330,3 @@ class CachedFeatureDataset(Dataset):
     def tokens_only(self) -> CachedFeatureDataset:
         """The same samples without their features (cheap: for token statistics such as EAGLE-3's vocabulary)."""
         return CachedFeatureDataset(self.directory, self.shards, [], self.dtype)
-
-    @property
-    def lengths(self) -> list[int]:
-        return [n for k in range(len(self.shards)) for n in _diffs(self._open(k)[1])]
-
-
-def _diffs(offsets: list[int]) -> list[int]:
-    return [b - a for a, b in zip(offsets, offsets[1:], strict=False)]
