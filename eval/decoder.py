@@ -24,9 +24,9 @@ from transformers import DynamicCache
 from draftsmith.models.target import FrozenTarget, stop_token_ids
 
 from .drafters.base import Drafter, check_depth
-from .kv_cache import keep_path
+from .kv_cache import has_linear_attention, keep_path, new_cache, restore, snapshot
 from .sampling import Sampling, sample
-from .tree import TreeShape, tree_attention
+from .tree import TreeShape, layer_tree_masks
 from .verify import verify
 
 
@@ -90,6 +90,21 @@ class SpeculativeDecoder:
         acceptance: str = "exact",
     ):
         check_depth(drafter, shape)
+        config = target.model.config
+        self.text_config = (
+            config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        )
+        # Linear-attention layers (Qwen3-Next, Qwen3.5) read their input in sequence order, so they cannot
+        # verify a tree in one forward, and their state cannot be cut back after a rejection: it is copied
+        # before each verification and, when a draft token was rejected, restored and the accepted tokens fed
+        # again (one more target forward on such steps: wall time and tokens/s include it, tau counts
+        # verification forwards only).
+        self.recurrent = has_linear_attention(config)
+        if self.recurrent and not (shape.is_chain or shape.depth == 0):
+            raise ValueError(
+                f"target {target.name_or_path!r} has linear-attention layers, which read tokens in order and cannot "
+                f"verify a draft tree ({shape.name}) in one pass; use --tree chain"
+            )
         self.target = target
         self.drafter = drafter
         self.shape = shape
@@ -117,7 +132,7 @@ class SpeculativeDecoder:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         device = self.target.device
         t_start = _timer(device)
-        cache = DynamicCache(config=self.target.model.config)
+        cache = new_cache(self.target.model.config)
         self.drafter.start()
         features, logits = self._forward(torch.tensor(prompt), cache)
         self.drafter.observe({k: v[0] for k, v in features.items()})
@@ -135,14 +150,24 @@ class SpeculativeDecoder:
             tree = self.drafter.propose(context, shape, self.sampling, generator)
             t1 = _timer(device)
             past = len(context) - 1
+            before = snapshot(cache) if self.recurrent else None
             if tree.parents == list(range(-1, len(tree) - 1)):  # a chain: the ordinary causal forward
                 features, logits = self._forward(tree.tokens, cache)
             else:
-                depth = torch.tensor(tree.depths(), device=device)
-                mask = tree_attention(tree.ancestor_mask(), past, self.target.model.dtype, device)
-                features, logits = self._forward(tree.tokens, cache, mask, (past + depth)[None])
+                positions = [past + d for d in tree.depths()]
+                mask = layer_tree_masks(
+                    tree.ancestor_mask(), positions, positions, past, self.text_config, self.target.model.dtype,
+                    device,
+                )  # fmt: skip
+                features, logits = self._forward(
+                    tree.tokens, cache, mask, torch.tensor([positions], device=device)
+                )
             verdict = verify(tree, logits[0], self.sampling, generator, self.acceptance)
-            keep_path(cache, past, verdict.path)
+            if before is not None and len(verdict.path) < len(tree):
+                restore(cache, before)  # linear-attention state: back to before the chain, then the kept part
+                self._forward(tree.tokens[verdict.path], cache)
+            else:
+                keep_path(cache, past, verdict.path)
             new = tree.tokens[verdict.path[1:]].tolist() + [verdict.token]
             self.drafter.observe({k: v[0, verdict.path] for k, v in features.items()})
             committed = 0
@@ -181,7 +206,7 @@ def plain_decode(
     stop_ids = stop_token_ids(target) if stop_ids is None else stop_ids
     device = target.device
     t_start = _timer(device)
-    cache = DynamicCache(config=target.model.config)
+    cache = DynamicCache(config=target.model.config)  # the model's own default cache: never rolled back
     ids = torch.tensor([prompt], device=device)
     out = Generation([])
     while True:

@@ -221,3 +221,42 @@ def tree_attention(
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None]
+
+
+def layer_tree_masks(
+    ancestors: torch.Tensor,
+    query_positions: list[int],
+    key_positions: list[int],
+    past_len: int,
+    config: object,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """`tree_attention` for any target: `ancestors [N, M]` says which of the M tree keys fed after `past_len`
+    cached positions each of the N new nodes sees, at the given positions.
+
+    A target whose layers attend differently gets one additive mask per layer type (transformers takes a
+    `{layer_type: mask}` mapping for such models): sliding-window layers also hide keys `window` or more
+    positions behind the query, chunked layers (Llama-4) keys of another chunk. A target with one layer type
+    gets the plain mask."""
+    types = set(getattr(config, "layer_types", None) or [])
+    full = tree_attention(ancestors, past_len, dtype, device)
+    if not types - {"full_attention", "linear_attention"}:
+        return full
+    query = torch.tensor(query_positions, device=device)
+    keys = torch.cat([torch.arange(past_len, device=device), torch.tensor(key_positions, device=device)])
+    masks = {"full_attention": full}
+    window = getattr(config, "sliding_window", None)
+    if "sliding_attention" in types and window:
+        outside = (query[:, None] - keys[None, :]) >= int(window)
+        masks["sliding_attention"] = full.masked_fill(outside[None, None], torch.finfo(dtype).min)
+    chunk = getattr(config, "attention_chunk_size", None)
+    if "chunked_attention" in types and chunk:
+        other = (query[:, None] // int(chunk)) != (keys[None, :] // int(chunk))
+        masks["chunked_attention"] = full.masked_fill(other[None, None], torch.finfo(dtype).min)
+    missing = types - set(masks) - {"linear_attention"}
+    if missing:
+        raise ValueError(
+            f"tree attention for layer types {sorted(missing)} is not supported; use --tree chain"
+        )
+    return masks

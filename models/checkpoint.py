@@ -147,7 +147,7 @@ def load_drafter(
     state = load_file(str(Path(ckpt_dir) / WEIGHTS_NAME))
     model.load_state_dict(state, strict=True)
     if target is not None and hasattr(model, "attach_target"):  # frozen target parts are never saved
-        model.attach_target(target.embed_tokens, target.lm_head)
+        model.attach_target(target.embed_tokens, target.head)
     return model.to(device).eval(), config
 
 

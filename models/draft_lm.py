@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -53,31 +54,52 @@ class DraftLMConfig:
             raise ValueError(f"draft.num_layers must be >= 1, got {self.num_layers}")
 
 
+def draft_layer_indices(config: Any, num_layers: int) -> list[int]:
+    """Which target layers a `num_layers`-layer draft keeps: the first ones, except that a hybrid target whose
+    first layers are all linear attention (Qwen3-Next, Qwen3.5) gets its first full-attention layer as the
+    draft's last, so the draft has attention to cache (transformers needs one to track positions)."""
+    keep = list(range(num_layers))
+    types = getattr(config, "layer_types", None)
+    if types and all(types[i] == "linear_attention" for i in keep):
+        full = next((i for i, t in enumerate(types) if t != "linear_attention"), None)
+        if full is not None:
+            keep[-1] = full
+    return keep
+
+
 @torch.no_grad()
 def draft_from_target(model: Any, num_layers: int) -> Any:
-    """A new causal LM: `model`'s config with `num_layers` layers, weights copied from `model`'s first layers.
+    """A new causal LM: `model`'s config with `num_layers` layers, weights copied from `model`'s first layers
+    (see `draft_layer_indices` for hybrid targets).
 
     Args:
         model: a transformers causal LM laid out like Llama (`model.layers.{i}`, `model.norm`, `lm_head`).
-        num_layers: how many of its first decoder layers to keep (1 .. its layer count).
+        num_layers: how many of its decoder layers to keep (1 .. its layer count).
     """
     config = copy.deepcopy(model.config)
     total = int(config.num_hidden_layers)
     if not 1 <= num_layers <= total:
         raise ValueError(f"num_layers must be in 1..{total} (the target's layer count), got {num_layers}")
+    keep = draft_layer_indices(config, num_layers)
     config.num_hidden_layers = num_layers
     if getattr(config, "layer_types", None) is not None:
-        config.layer_types = config.layer_types[:num_layers]
+        config.layer_types = [config.layer_types[i] for i in keep]
     draft = type(model)(config).to(dtype=model.dtype, device=model.device)
-    missing, unexpected = draft.load_state_dict(model.state_dict(), strict=False)
-    if missing:
+    renamed = {}
+    for key, tensor in model.state_dict().items():
+        match = re.search(r"\.layers\.(\d+)\.", key)
+        if match is None:
+            renamed[key] = tensor
+        elif int(match[1]) in keep:
+            renamed[key[: match.start()] + f".layers.{keep.index(int(match[1]))}." + key[match.end() :]] = (
+                tensor
+            )
+    missing, unexpected = draft.load_state_dict(renamed, strict=False)
+    if missing or unexpected:
         raise ValueError(
-            f"cannot copy {type(model).__name__} into a {num_layers}-layer draft: missing {missing[:3]}"
+            f"cannot copy {type(model).__name__} into a {num_layers}-layer draft: missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}"
         )
-    # Only the dropped layers' tensors may be left over.
-    dropped = [k for k in unexpected if not any(f".layers.{i}." in k for i in range(num_layers, total))]
-    if dropped:
-        raise ValueError(f"unexpected tensors when copying the target into a draft: {dropped[:3]}")
     draft.generation_config = copy.deepcopy(model.generation_config)
     return draft.eval()
 
@@ -92,9 +114,10 @@ def build_draft_lm(cfg: DraftLMConfig, target: FrozenTarget) -> Any:
         draft = draft_from_target(target.model, cfg.num_layers)
     elif cfg.init == "scratch":
         config = copy.deepcopy(target.model.config)
+        keep = draft_layer_indices(config, cfg.num_layers)
         config.num_hidden_layers = cfg.num_layers
         if getattr(config, "layer_types", None) is not None:
-            config.layer_types = config.layer_types[: cfg.num_layers]
+            config.layer_types = [config.layer_types[i] for i in keep]
         for key, value in cfg.config_overrides.items():
             if not hasattr(config, key):
                 raise ValueError(f"draft.config_overrides: {type(config).__name__} has no field {key!r}")

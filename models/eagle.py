@@ -1,5 +1,5 @@
 """EAGLE-1 (Li et al. 2024; SafeAILab/EAGLE), per ALGORITHMS.md sections 1.2, 1.3 and 3, plus what EAGLE-1 and
-EAGLE-3 share: the config, and the draft decoder layer built from the target's own classes.
+EAGLE-3 share: the config and the target attachment (the draft layer is models/draft_layer.py).
 
 EAGLE-1 autoregresses on the target's post-norm last hidden state ("final"). At column t it reads the pair
 (f_t, x_{t+1}) and predicts the feature f_{t+1}; the frozen target LM head turns that into a distribution over
@@ -9,20 +9,20 @@ x_{t+2}:
     x = x + attn(x)                            layer 0 has NO input norm: fc output goes straight in
     f_hat = x + mlp(post_attention_norm(x))    no final norm; logits = target_lm_head(f_hat)
 
-The embedding and LM head are the target's, frozen, and never saved with the drafter. The attention, MLP and
-norms are modules of the target's own decoder-layer class (never a copied modeling file), driven here with
-4D masks and rotary embeddings from the target's own rotary class.
+The embedding and LM head are the target's, frozen, and never saved with the drafter. The layer is the
+Llama-style layer engines serve as a draft (models/draft_layer.py), with the target's dimensions and rope
+settings whatever the target's own class is, driven here with 4D masks.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from .draft_layer import DraftLayer
 from .registry import register_drafter
 
 
@@ -82,76 +82,10 @@ class EagleConfig:
             )
 
 
-def target_classes(target_config: Any) -> tuple[type, type]:
-    """The target architecture's decoder-layer and rotary-embedding classes, found by building the model on
-    the meta device (no memory, no weights) from its config."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(target_config)
-    decoder = model.get_decoder()
-    return type(decoder.layers[0]), type(decoder.rotary_emb)
-
-
-def draft_layer_config(target_config: Any) -> Any:
-    """The target's config cut to one layer, with an attention implementation that takes 4D masks."""
-    config = copy.deepcopy(
-        target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
-    )
-    config.num_hidden_layers = 1
-    if getattr(config, "layer_types", None) is not None:
-        config.layer_types = config.layer_types[:1]
-    config._attn_implementation = "sdpa"
-    return config
-
-
-def causal_mask(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Additive causal mask `[1, 1, T, T]` (0 where allowed, dtype min elsewhere)."""
-    mask = torch.full((length, length), torch.finfo(dtype).min, dtype=dtype, device=device)
-    return torch.triu(mask, diagonal=1)[None, None]
-
-
-class DraftLayer(nn.Module):
-    """One decoder layer of the target's class, run without its input norm:
-    `x = residual + attn(u); out = x + mlp(post_norm(x))`, where `u` is what the caller feeds attention
-    (EAGLE-1: the fc output itself; EAGLE-3: cat(norm(embedding), norm(hidden)), 2H wide)."""
-
-    def __init__(self, target_config: Any, attn_in_features: int | None = None):
-        super().__init__()
-        self.config = draft_layer_config(target_config)
-        layer_cls, rotary_cls = target_classes(self.config)
-        layer = layer_cls(self.config, layer_idx=0)
-        self.self_attn = layer.self_attn
-        self.mlp = layer.mlp
-        self.post_attention_layernorm = layer.post_attention_layernorm
-        self.norm_class = type(layer.post_attention_layernorm)  # the target's RMSNorm, for EAGLE-3's norms
-        self.rotary_emb = rotary_cls(config=self.config)
-        if attn_in_features is not None:  # EAGLE-3: q/k/v read the 2H concatenation
-            for name in ("q_proj", "k_proj", "v_proj"):
-                old = getattr(self.self_attn, name)
-                setattr(
-                    self.self_attn,
-                    name,
-                    nn.Linear(attn_in_features, old.out_features, bias=old.bias is not None),
-                )
-
-    def forward(
-        self,
-        residual: torch.Tensor,
-        attn_input: torch.Tensor,
-        position_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        past_key_values: Any = None,
-    ) -> torch.Tensor:
-        position_embeddings = self.rotary_emb(residual, position_ids)
-        h, _ = self.self_attn(
-            hidden_states=attn_input,
-            position_embeddings=position_embeddings,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-        )
-        x = residual + h
-        return x + self.mlp(self.post_attention_layernorm(x))
+def causal_mask(length: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Causal mask `[1, 1, T, T]` bool, True = attend (column t sees columns <= t), for SDPA."""
+    cols = torch.arange(length, device=device)
+    return (cols[None, :] <= cols[:, None])[None, None]
 
 
 class FrozenParts:
@@ -238,7 +172,7 @@ class Eagle1Draft(_EagleBase):
         if position_ids is None:
             position_ids = torch.arange(T, device=x.device)[None]
         if attention_mask is None:
-            attention_mask = causal_mask(T, x.dtype, x.device)
+            attention_mask = causal_mask(T, x.device)
         return self.layer(x, x, position_ids, attention_mask, past_key_values)
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:

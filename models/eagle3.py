@@ -53,16 +53,15 @@ def build_vocab_map(counts: torch.Tensor, draft_vocab_size: int) -> tuple[torch.
     return d2t, t2d
 
 
-def ttt_mask(length: int, step: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The TTT attention mask of step `step` (0-based): `[1, 1, T, (step+1)*T]`, additive.
+def ttt_mask(length: int, step: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The TTT attention mask of step `step` (0-based): `[1, 1, T, (step+1)*T]` bool, True = attend.
 
     Keys are the cached steps in order: step 0 causal (column t sees columns <= t), every later step its
-    diagonal only (column t sees column t).
+    diagonal only (column t sees column t). Boolean, for SDPA (an additive float mask would be 4x larger).
     """
-    neg = torch.finfo(dtype).min
-    causal = torch.triu(torch.full((length, length), neg, dtype=dtype, device=device), diagonal=1)
-    diag = torch.full((length, length), neg, dtype=dtype, device=device)
-    diag.fill_diagonal_(0)
+    cols = torch.arange(length, device=device)
+    causal = cols[None, :] <= cols[:, None]
+    diag = cols[None, :] == cols[:, None]
     return torch.cat([causal] + [diag] * step, dim=1)[None, None]
 
 
@@ -98,10 +97,9 @@ class Eagle3Draft(_EagleBase):
         self.feature_layers = tuple(int(i) for i in layers)
         self.fc = nn.Linear(3 * H, H, bias=False)
         self.layer = DraftLayer(target_config, attn_in_features=2 * H)
-        eps = float(getattr(target_config, "rms_norm_eps", 1e-6))
-        self.norm_in = self.layer.norm_class(H, eps=eps)
-        self.norm_hidden = self.layer.norm_class(H, eps=eps)
-        self.norm_final = self.layer.norm_class(H, eps=eps)
+        self.norm_in = self.layer.norm()
+        self.norm_hidden = self.layer.norm()
+        self.norm_final = self.layer.norm()
         self.lm_head_d = nn.Linear(H, draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.long))
         self.register_buffer(
@@ -157,7 +155,11 @@ class Eagle3Draft(_EagleBase):
         return self.lm_head_d(self.norm_final(hidden))
 
     def unroll(self, features: torch.Tensor, input_ids: torch.Tensor) -> list[torch.Tensor]:
-        """Training-time test: the draft logits `[B, T, Vd]` of every step s = 0..S-1.
+        """Training-time test: the draft logits `[B, T, Vd]` of every step s = 0..S-1 (`unroll_hidden`)."""
+        return [self.logits(hidden) for hidden in self.unroll_hidden(features, input_ids)]
+
+    def unroll_hidden(self, features: torch.Tensor, input_ids: torch.Tensor) -> list[torch.Tensor]:
+        """Training-time test: the draft's output `[B, T, H]` of every step s = 0..S-1, before `logits`.
 
         At step s, column t predicts x_{t+s+2} from the real prefix up to x_{t+1} and the draft's own s
         earlier outputs for that column (ALGORITHMS.md 1.3 / 5.2).
@@ -169,8 +171,7 @@ class Eagle3Draft(_EagleBase):
         positions = torch.arange(T, device=hidden.device)[None]
         out = []
         for s in range(self.config.ttt_steps):
-            mask = ttt_mask(T, s, hidden.dtype, hidden.device)
-            hidden = self.step(hidden, ids, positions + s, mask, cache)
-            out.append(self.logits(hidden))
+            hidden = self.step(hidden, ids, positions + s, ttt_mask(T, s, hidden.device), cache)
+            out.append(hidden)
             ids = shift_left(ids)
         return out

@@ -6,11 +6,102 @@ term's token count over the whole accumulation window on all ranks, then applies
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
+
+# Tokens (micro-batch rows x positions) whose vocabulary-sized logits exist at once in a chunked loss.
+LOSS_CHUNK_TOKENS = 1024
+
+ChunkResult = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
+
+_RECOMPUTING: ContextVar[bool] = ContextVar("draftsmith_loss_recomputing", default=False)
+
+
+def recomputing() -> bool:
+    """True while `chunked_loss` recomputes a chunk for the backward pass. Its outputs are discarded then, so
+    metrics (argmax, top-k over the vocabulary), which no gradient needs, are skipped."""
+    return _RECOMPUTING.get()
+
+
+@contextlib.contextmanager
+def _recomputation() -> Iterator[None]:
+    token = _RECOMPUTING.set(True)
+    try:
+        yield
+    finally:
+        _RECOMPUTING.reset(token)
+
+
+def _checkpoint_contexts() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+    return contextlib.nullcontext(), _recomputation()
+
+
+def chunk_positions(batch_size: int, tokens: int = LOSS_CHUNK_TOKENS) -> int:
+    """Sequence positions per chunk so that a chunk holds about `tokens` tokens of a `batch_size`-row batch."""
+    if tokens < 1:
+        raise ValueError(f"a loss chunk must hold at least one token, got {tokens}")
+    return max(1, tokens // max(1, batch_size))
+
+
+def chunked_loss(fn: Callable[..., ChunkResult], inputs: Sequence[torch.Tensor], chunk: int) -> ChunkResult:
+    """`fn` over sequence chunks of `chunk` positions, summed: the loss of a vocabulary-sized head without
+    its `[B, T, V]` logits.
+
+    Each chunk runs under activation checkpointing (non-reentrant) when gradients are enabled, so only the
+    chunk's inputs are kept for backward, and its logits, soft labels and losses are recomputed there, one
+    chunk at a time: the memory a vocabulary-sized head adds is that of one chunk, whatever T.
+
+    Args:
+        fn: `fn(*chunks) -> (sums [K], counts [K], metrics {name: [K]})`, every chunk `[B, c, ...]` (c <= chunk);
+            it may skip its metrics when `recomputing()` (the outputs of a recomputation are discarded).
+        inputs: `[B, T, ...]` tensors, sliced along dim 1 (features, labels, masks aligned column by column).
+        chunk: positions per chunk (see `chunk_positions`).
+
+    Returns:
+        The sums over chunks of fn's `(sums, counts, metrics)`.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1 position, got {chunk}")
+    total: ChunkResult | None = None
+    for start in range(0, inputs[0].shape[1], chunk):
+        parts = [x[:, start : start + chunk] for x in inputs]
+        if torch.is_grad_enabled():
+            out: ChunkResult = torch.utils.checkpoint.checkpoint(
+                fn, *parts, use_reentrant=False, context_fn=_checkpoint_contexts
+            )
+        else:
+            out = fn(*parts)
+        if total is None:
+            total = out
+        else:
+            total = (total[0] + out[0], total[1] + out[1], {k: v + out[2][k] for k, v in total[2].items()})
+    if total is None:
+        raise ValueError("chunked_loss got an empty sequence")
+    return total
+
+
+@torch.no_grad()
+def chunked_argmax(
+    fn: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, chunk: int
+) -> torch.Tensor:
+    """`fn(hidden).argmax(-1)` `[B, T]` (e.g. the target's greedy token from `hidden [B, T, H]`), computed
+    `chunk` positions at a time so that only one chunk's logits exist."""
+    return torch.cat(
+        [fn(hidden[:, s : s + chunk]).argmax(-1) for s in range(0, hidden.shape[1], chunk)], dim=1
+    )
+
+
+def shift_columns(x: torch.Tensor, k: int) -> torch.Tensor:
+    """`x[:, t] <- x[:, t + k]` `[B, T, ...]`, zeros in the last k columns (all of them when k >= T)."""
+    if k == 0:
+        return x
+    return torch.cat([x[:, k:], torch.zeros_like(x[:, :k])], dim=1)
 
 
 def medusa_token_counts(loss_mask: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -35,10 +126,51 @@ def medusa_token_counts(loss_mask: torch.Tensor, num_heads: int) -> torch.Tensor
     ).float()
 
 
+def medusa_head_loss(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> ChunkResult:
+    """One Medusa head's cross-entropy on columns aligned with their labels, as sums.
+
+    Args:
+        logits: `[B, c, V]` the head's logits.
+        labels: `[B, c]` the token each column predicts (any id where `mask` is False).
+        mask: `[B, c]` bool, True where the label is a trained token.
+
+    Returns:
+        `(loss sum [1], count [1], {"top1": [1], "top5": [1]})`, top-k counting correct predictions on the same
+        columns (left at 0 while `recomputing()`).
+    """
+    lg = logits.float()
+    ce = F.cross_entropy(lg.transpose(1, 2), labels, reduction="none")  # [B, c]
+    zero = lg.new_zeros(1)
+    top1, top5 = zero, zero
+    if not recomputing():
+        with torch.no_grad():
+            hit = lg.topk(min(5, lg.shape[-1]), dim=-1).indices == labels.unsqueeze(-1)  # [B, c, 5]
+            top1 = (hit[..., 0] & mask).sum().float().reshape(1)
+            top5 = (hit.any(-1) & mask).sum().float().reshape(1)
+    return (ce * mask).sum().reshape(1), mask.sum().float().reshape(1), {"top1": top1, "top5": top5}
+
+
+def medusa_targets(
+    input_ids: torch.Tensor, loss_mask: torch.Tensor, num_heads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels and masks of every head, aligned with the columns that predict them.
+
+    Head k (1-based) at column t predicts x_{t+k+1}: `labels[k-1, :, t] = x_{t+k+1}` and the mask is that
+    token's `loss_mask` (False in the last k+1 columns, which have no such token).
+
+    Returns:
+        `(labels [K, B, T] long, masks [K, B, T] bool)`.
+    """
+    shifts = range(2, num_heads + 2)
+    labels = torch.stack([shift_columns(input_ids, s) for s in shifts])
+    masks = torch.stack([shift_columns(loss_mask.bool(), s) for s in shifts])
+    return labels, masks
+
+
 def medusa_loss(
     logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """Medusa-1 cross-entropy per head (ALGORITHMS.md 2.2), as sums.
+    """Medusa-1 cross-entropy per head (ALGORITHMS.md 2.2), as sums, from all heads' logits at once.
 
     Args:
         logits: `[K, B, T, V]`; head k (1-based, index k-1) at column t predicts x_{t+k+1}.
@@ -47,31 +179,16 @@ def medusa_loss(
 
     Returns:
         `(loss_sums [K], n_tokens [K], metrics)` where metrics holds `top1` and `top5` `[K]`: sums of
-        correct predictions over the same positions (divide by `n_tokens` for accuracies).
+        correct predictions over the same positions (divide by `n_tokens` for accuracies). A head with no
+        column to predict (k+1 >= T) has sum and count 0 and stays in the graph (DDP needs every head).
     """
-    K, _, T, _ = logits.shape
-    sums, counts, top1, top5 = [], [], [], []
-    for i in range(K):
-        shift = i + 2  # head i (0-based) predicts x_{t+i+2}
-        if shift >= T:
-            zero = logits.new_zeros((), dtype=torch.float32)
-            sums.append(zero + 0.0 * logits[i].sum())  # keep every head in the graph for DDP
-            counts.append(zero)
-            top1.append(zero)
-            top5.append(zero)
-            continue
-        lg = logits[i, :, : T - shift].float()  # [B, T-shift, V]
-        tgt = input_ids[:, shift:]  # [B, T-shift]
-        m = loss_mask[:, shift:]
-        ce = F.cross_entropy(lg.transpose(1, 2), tgt, reduction="none")  # [B, T-shift]
-        sums.append((ce * m).sum())
-        counts.append(m.sum().float())
-        with torch.no_grad():
-            topk = lg.topk(min(5, lg.shape[-1]), dim=-1).indices  # [B, T-shift, 5]
-            hit = topk == tgt.unsqueeze(-1)
-            top1.append((hit[..., 0] & m).sum().float())
-            top5.append((hit.any(-1) & m).sum().float())
-    return torch.stack(sums), torch.stack(counts), {"top1": torch.stack(top1), "top5": torch.stack(top5)}
+    labels, masks = medusa_targets(input_ids, loss_mask, logits.shape[0])
+    heads = [medusa_head_loss(logits[i], labels[i], masks[i]) for i in range(logits.shape[0])]
+    return (
+        torch.cat([h[0] for h in heads]),
+        torch.cat([h[1] for h in heads]),
+        {name: torch.cat([h[2][name] for h in heads]) for name in ("top1", "top5")},
+    )
 
 
 def soft_cross_entropy(target_probs: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
@@ -102,16 +219,47 @@ def eagle1_loss(
         `(sums [2] = (SmoothL1 averaged over H, soft CE), count [2], {"top1": [2]})` where top1 counts
         argmax(q) == argmax(p) (the same value in both slots, so each term reports it).
     """
-    m = loss_mask.clone()
+    return eagle1_chunk_loss(
+        predicted, shift_columns(features, 1), predicted_logits, shift_columns(target_logits, 1),
+        eagle1_mask(loss_mask),
+    )  # fmt: skip
+
+
+def eagle1_mask(loss_mask: torch.Tensor) -> torch.Tensor:
+    """EAGLE-1's trained columns `[B, T]` bool: the loss mask with its last column dropped (see `eagle1_loss`)."""
+    m = loss_mask.bool().clone()
     m[:, -1] = False
-    m = m[:, :-1].float()
-    f_tgt = features[:, 1:].float()
-    reg = torch.nn.functional.smooth_l1_loss(predicted[:, :-1].float(), f_tgt, reduction="none").mean(-1)
-    p = torch.softmax(target_logits[:, 1:].float(), dim=-1)
-    cls = soft_cross_entropy(p, predicted_logits[:, :-1])
-    with torch.no_grad():
-        hit = (predicted_logits[:, :-1].argmax(-1) == target_logits[:, 1:].argmax(-1)).float()
-        top1 = (hit * m).sum()
+    return m
+
+
+def eagle1_chunk_loss(
+    predicted: torch.Tensor,
+    next_features: torch.Tensor,
+    predicted_logits: torch.Tensor,
+    next_target_logits: torch.Tensor,
+    mask: torch.Tensor,
+) -> ChunkResult:
+    """`eagle1_loss` on columns already aligned with their targets (what `chunked_loss` slices).
+
+    Args:
+        predicted: `[B, c, H]` f_hat.
+        next_features: `[B, c, H]` f_{t+1}, the regression target of column t.
+        predicted_logits: `[B, c, V]` lm_head(f_hat).
+        next_target_logits: `[B, c, V]` lm_head(f_{t+1}): the soft label of column t.
+        mask: `[B, c]` bool, the trained columns (`eagle1_mask`).
+
+    Returns:
+        As `eagle1_loss` (top1 left at 0 while `recomputing()`).
+    """
+    m = mask.float()
+    reg = F.smooth_l1_loss(predicted.float(), next_features.float(), reduction="none").mean(-1)
+    p = torch.softmax(next_target_logits.float(), dim=-1)
+    cls = soft_cross_entropy(p, predicted_logits)
+    top1 = m.new_zeros(())
+    if not recomputing():
+        with torch.no_grad():
+            hit = (predicted_logits.argmax(-1) == next_target_logits.argmax(-1)).float()
+            top1 = (hit * m).sum()
     n = m.sum()
     return (
         torch.stack([(reg * m).sum(), (cls * m).sum()]),
@@ -135,7 +283,8 @@ def eagle3_step_loss(
     Returns:
         `(loss sum, mask count, correct top-1 count)`. Positions whose target argmax is outside the draft
         vocabulary are dropped from the loss but stay in the count (the reference divides by all positions
-        / by sum(mask)); p is renormalised over the draft vocabulary.
+        / by sum(mask)); p is renormalised over the draft vocabulary. The top-1 count is 0 while
+        `recomputing()`.
     """
     with torch.no_grad():
         keep = t2d[target_logits.argmax(-1)]
@@ -143,9 +292,11 @@ def eagle3_step_loss(
         pm = m * keep.float()
         p = torch.softmax(target_logits[..., t2d].float(), dim=-1)
     ce = soft_cross_entropy(p, draft_logits)
-    with torch.no_grad():
-        hit = (draft_logits.argmax(-1) == p.argmax(-1)).float() * pm
-    return (ce * pm).sum(), m.sum(), hit.sum()
+    hit = m.new_zeros(())
+    if not recomputing():
+        with torch.no_grad():
+            hit = ((draft_logits.argmax(-1) == p.argmax(-1)).float() * pm).sum()
+    return (ce * pm).sum(), m.sum(), hit
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -228,3 +379,74 @@ def divergence(
             d, a = _divergence_chunk(*args)
         div, accept = div + d, accept + a
     return div, accept
+
+
+def distill_loss(
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor,
+    labels: torch.Tensor,
+    kind: str,
+    *,
+    beta: float = 0.5,
+    temperature: float = 1.0,
+    vocab_chunk: int = 8192,
+) -> ChunkResult:
+    """Distillation on N trained positions, as sums: `divergence` of `kind` (fkl | rkl | jsd | tvd), or
+    `ce`, the draft's cross-entropy on the data's tokens (the baseline; no target gradient anyway).
+
+    Args:
+        target_logits: `[N, V]` the target's logits (no gradient).
+        draft_logits: `[N, V]` the draft's logits.
+        labels: `[N]` the data's next tokens (used by `ce` only).
+
+    Returns:
+        `(loss sum [1], N [1], {"accept": [1], "top1": [1]})`: accept sums the expected acceptance
+        sum_v min(p, q) at `temperature`, top1 counts argmax(q) == argmax(p) (both 0 while `recomputing()`
+        for `ce`, and top1 for every kind).
+    """
+    zero = draft_logits.new_zeros(1, dtype=torch.float32)
+    if kind == "ce":
+        loss = F.cross_entropy(draft_logits.float(), labels, reduction="sum")
+        accept = zero
+        if not recomputing():
+            with torch.no_grad():
+                accept = divergence(target_logits, draft_logits, "tvd", temperature=temperature)[1].sum()
+    else:
+        per_token, per_accept = divergence(
+            target_logits, draft_logits, kind, beta=beta, temperature=temperature, vocab_chunk=vocab_chunk
+        )
+        loss, accept = per_token.sum(), per_accept.sum()
+    top1 = zero
+    if not recomputing():
+        with torch.no_grad():
+            top1 = (draft_logits.argmax(-1) == target_logits.argmax(-1)).sum().float()
+    n = zero + draft_logits.shape[0]
+    return loss.reshape(1), n, {"accept": accept.reshape(1), "top1": top1.reshape(1)}
+
+
+def mtp_depth_loss(
+    logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, greedy: torch.Tensor
+) -> ChunkResult:
+    """One MTP depth's cross-entropy on the data's tokens (ALGORITHMS.md 7.1), as sums.
+
+    Args:
+        logits: `[B, c, V]` module k's logits; column i predicts t_{i+k+1}.
+        labels: `[B, c]` t_{i+k+1}.
+        mask: `[B, c]` bool, True where t_{i+k+1} is an answer token.
+        greedy: `[B, c]` the target's own greedy choice for the same token.
+
+    Returns:
+        `(loss sum [1], count [1], {"top1": [1], "agree": [1]})`: agreement with the data's token and with the
+        target's greedy token (both 0 while `recomputing()`).
+    """
+    picked = logits[mask].float()  # [n, V]
+    target = labels[mask]
+    zero = picked.new_zeros(1)
+    top1, agree = zero, zero
+    if not recomputing():
+        with torch.no_grad():
+            best = picked.argmax(-1)
+            top1 = (best == target).sum().float().reshape(1)
+            agree = (best == greedy[mask]).sum().float().reshape(1)
+    loss = F.cross_entropy(picked, target, reduction="sum").reshape(1)
+    return loss, mask.sum().float().reshape(1), {"top1": top1, "agree": agree}

@@ -102,10 +102,21 @@ class MedusaHeads(nn.Module):
         for head in self.heads:
             head[-1].weight.copy_(lm_head_weight)  # type: ignore[index]
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """`hidden [B, T, H]` -> logits `[K, B, T, V]`."""
+    def forward(self, hidden: torch.Tensor, project: bool = True) -> torch.Tensor:
+        """`hidden [B, T, H]` -> logits `[K, B, T, V]`, or with `project=False` every head's trunk output
+        `[K, B, T, H]` (training applies the vocabulary projections one sequence chunk at a time)."""
+        if not project:
+            return torch.stack([self.trunk(hidden, k) for k in range(len(self.heads))])
         return torch.stack([head(hidden) for head in self.heads])
 
     def head_logits(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
         """Logits of head `k` (0-based) only: `[..., H] -> [..., V]`."""
         return self.heads[k](hidden)
+
+    def trunk(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
+        """Head `k`'s (0-based) ResBlocks: `[..., H] -> [..., H]`, what its vocabulary projection reads."""
+        return self.heads[k][:-1](hidden)
+
+    def project(self, trunk: torch.Tensor, k: int) -> torch.Tensor:
+        """Head `k`'s (0-based) vocabulary projection of its `trunk` output: `[..., H] -> [..., V]`."""
+        return self.heads[k][-1](trunk)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .medusa import MedusaHeads
+from .target import TargetHead, find_decoder
 
 ADAPTER_DIR = "adapter"
 
@@ -76,8 +77,8 @@ class Medusa2Model(nn.Module):
 
     def _logits_and_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[Any, Any]:
         base: Any = self.backbone.get_base_model()
-        hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return base.get_output_embeddings()(hidden), hidden
+        hidden = find_decoder(base)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return TargetHead(base.get_output_embeddings(), base.config.get_text_config())(hidden), hidden
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor

@@ -9,8 +9,10 @@ target's last residual stream, canonical id L, pre-norm) and the embedding of to
     logits^k_i = lm_head(shared_head_norm_k(h^k_i))  -> t_{i+k+1}      the target's embedding and head, frozen
 
 Loss: (lambda / D) * sum_k CE(logits^k_i, t_{i+k+1}) over the columns whose predicted token is an answer
-token. Nothing is copied from transformers' modeling files: the block is the target's own decoder-layer
-class (with its input norm: MTP blocks are full transformer blocks), built from the target's config.
+token. Nothing is copied from transformers' modeling files. The block (with its input norm: MTP blocks are
+full transformer blocks) is the target family's own decoder layer where engines serve that family's native
+MTP (DeepSeek-V3, Qwen3-Next, Qwen3.5: `NATIVE_MTP_TYPES`), else a Llama-style block with the target's
+dimensions (models/draft_layer.py), which only draftsmith's evaluator runs.
 
 Export layout (`nextn_state_dict`), DeepSeek-V3's `num_nextn_predict_layers` style: module k (1-based) of a
 target with L layers is the extra decoder layer `model.layers.{L + k - 1}`:
@@ -34,7 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .eagle import DrafterOnTarget, FrozenParts, causal_mask, draft_layer_config, target_classes
+from .draft_layer import llama_draft_config
+from .eagle import DrafterOnTarget, FrozenParts, causal_mask
 from .registry import register_drafter
 
 
@@ -59,22 +62,57 @@ def shift_tokens(input_ids: torch.Tensor, k: int) -> torch.Tensor:
     return torch.cat([input_ids[:, k:], torch.zeros_like(input_ids[:, :k])], dim=1)
 
 
+# Target families whose own MTP layer engines serve (DeepSeek-V3 nextn; Qwen3-Next / Qwen3.5 `mtp.*`): their
+# modules use the family's own decoder layer. Every other target gets a Llama-style block.
+NATIVE_MTP_TYPES = ("deepseek_v3", "qwen3_next", "qwen3_5_text", "qwen3_5")
+
+
+def native_block(target_config: Any) -> tuple[nn.Module, nn.Module]:
+    """The target family's own decoder layer (full attention, MoE where the family's MTP layer has it) and
+    rotary embedding, with the model's own initialisation: built as a one-layer model of that family (a
+    layer constructed alone would leave MoE experts and routers uninitialised)."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(target_config.get_text_config())
+    config.num_hidden_layers = 1
+    config.vocab_size = 8  # the embedding and head of this throw-away model are not used
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = ["full_attention"]
+    if hasattr(config, "first_k_dense_replace"):
+        config.first_k_dense_replace = 0  # DeepSeek-V3's MTP layer is an MoE layer
+    config._attn_implementation = "sdpa"
+    decoder = AutoModelForCausalLM.from_config(config).get_decoder()
+    return decoder.layers[0], decoder.rotary_emb
+
+
 class MTPModule(nn.Module):
     """One depth: enorm, hnorm, eh_proj, a full decoder block, and its own final norm."""
 
     def __init__(self, target_config: Any):
         super().__init__()
-        config = draft_layer_config(target_config)
-        layer_cls, rotary_cls = target_classes(config)
+        if str(getattr(target_config, "model_type", "")) in NATIVE_MTP_TYPES:
+            self.block, self.rotary_emb = native_block(target_config)
+            config = target_config.get_text_config()
+            norm_cls: Any = type(self.block.input_layernorm)
+            eps = float(getattr(config, "rms_norm_eps", 1e-6))
+        else:
+            from transformers.models.llama.modeling_llama import (
+                LlamaDecoderLayer,
+                LlamaRMSNorm,
+                LlamaRotaryEmbedding,
+            )
+
+            config = llama_draft_config(target_config)
+            self.block = LlamaDecoderLayer(config, layer_idx=0)
+            self.rotary_emb = LlamaRotaryEmbedding(config=config)
+            norm_cls, eps = LlamaRMSNorm, float(config.rms_norm_eps)
         H = int(config.hidden_size)
-        self.block = layer_cls(config, layer_idx=0)
-        norm_cls = type(self.block.input_layernorm)
-        eps = float(getattr(config, "rms_norm_eps", 1e-6))
         self.enorm = norm_cls(H, eps=eps)
         self.hnorm = norm_cls(H, eps=eps)
         self.eh_proj = nn.Linear(2 * H, H, bias=False)
         self.shared_head_norm = norm_cls(H, eps=eps)
-        self.rotary_emb = rotary_cls(config=config)
 
     def forward(
         self, hidden: torch.Tensor, embeds: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor
@@ -112,17 +150,20 @@ class MTPDraft(DrafterOnTarget):
         module: Any = self.layers[k - 1]
         return self._parts().lm_head(module.shared_head_norm(hidden))
 
-    def forward(self, features: torch.Tensor, input_ids: torch.Tensor) -> list[torch.Tensor]:
+    def forward(
+        self, features: torch.Tensor, input_ids: torch.Tensor, project: bool = True
+    ) -> list[torch.Tensor]:
         """All depths, teacher-forced: `features [B, T, H]` (h^0), `input_ids [B, T]` -> D logits `[B, T, V]`;
-        entry k-1 at column i predicts t_{i+k+1}."""
+        entry k-1 at column i predicts t_{i+k+1}. With `project=False`, the modules' outputs h^k `[B, T, H]`
+        instead (training applies `logits` one sequence chunk at a time)."""
         B, T = input_ids.shape
-        mask = causal_mask(T, features.dtype, features.device)
+        mask = causal_mask(T, features.device)
         positions = torch.arange(T, device=features.device)[None].expand(B, T)
         hidden, out = features, []
         for k in range(1, self.config.num_modules + 1):
             embeds = self._parts().embed_tokens(shift_tokens(input_ids, k)).to(features.dtype)
             hidden = self.layers[k - 1](hidden, embeds, positions, mask)
-            out.append(self.logits(k, hidden))
+            out.append(self.logits(k, hidden) if project else hidden)
         return out
 
 

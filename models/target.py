@@ -83,7 +83,7 @@ class FrozenTarget:
         self.num_layers: int = int(text_config.num_hidden_layers)
         self.hidden_size: int = int(text_config.hidden_size)
         self.vocab_size: int = int(self.model.get_output_embeddings().weight.shape[0])
-        self.decoder: Any = self.model.get_decoder()
+        self.decoder: Any = find_decoder(self.model)
         if not (hasattr(self.decoder, "layers") and hasattr(self.decoder, "norm")):
             raise ValueError(
                 f"target {name_or_path!r} ({type(model).__name__}) has no `layers`/`norm` decoder modules; "
@@ -91,6 +91,10 @@ class FrozenTarget:
             )
         # False when loaded for offline training (embedding, norm and head only): forward() then refuses.
         self.has_layers = len(self.decoder.layers) == self.num_layers
+        self.head = TargetHead(self.model.get_output_embeddings(), text_config)
+        self.embedding = PlainEmbedding(self.model.get_input_embeddings())
+        if self.has_layers:
+            self.check_exact()
 
     @classmethod
     def load(
@@ -143,11 +147,32 @@ class FrozenTarget:
 
     @property
     def lm_head(self) -> nn.Module:
+        """The model's output embedding (a Linear): the raw weight. Logits come from `head`, which adds what
+        the architecture applies after it (Granite's logit scaling, Gemma-2's soft-capping)."""
         return self.model.get_output_embeddings()
 
     @property
     def embed_tokens(self) -> nn.Module:
-        return self.model.get_input_embeddings()
+        """The input embedding as drafters use it: a plain table lookup (`embedding`), never the scale some
+        decoders apply inside (see `PlainEmbedding`)."""
+        return self.embedding
+
+    @torch.no_grad()
+    def check_exact(self, length: int = 8) -> None:
+        """Refuse a target whose logits draftsmith would not reproduce: the decoder's output through `head`
+        must equal the model's own forward (`model(...).logits`) on a few tokens. Guards every soft label,
+        every T>0 verification and every feature against an architecture detail applied outside the decoder.
+        """
+        ids = torch.arange(length, device=self.device)[None] % self.vocab_size
+        own = self.model(input_ids=ids).logits.float()
+        ours = self.head(self.decoder(input_ids=ids).last_hidden_state).float()
+        err = (own - ours).abs().max().item()
+        if not err <= 1e-4 * max(1.0, own.abs().max().item()):
+            raise ValueError(
+                f"target {self.name_or_path!r} ({type(self.model).__name__}) computes its logits in a way draftsmith "
+                f"does not reproduce (max difference {err:.3g} from the model's own forward); its soft labels and "
+                "T>0 verification would be wrong. Please report the architecture."
+            )
 
     def check_layer_ids(self, layer_ids: Sequence[LayerId]) -> None:
         for lid in layer_ids:
@@ -201,7 +226,7 @@ class FrozenTarget:
         final = out.last_hidden_state  # [B, T, H], post-norm
         if "final" in layer_ids:
             captured["final"] = final
-        logits = self.lm_head(final) if return_logits else None
+        logits = self.head(final) if return_logits else None
         return {lid: captured[lid] for lid in layer_ids}, logits
 
     def batch_features(
@@ -220,7 +245,7 @@ class FrozenTarget:
             )
         dtype: torch.dtype = self.lm_head.weight.dtype  # type: ignore[assignment]
         feats = {lid: batch[feature_key(lid)].to(dtype) for lid in layer_ids}
-        logits = self.lm_head(batch[feature_key("final")].to(dtype)) if return_logits else None
+        logits = self.head(batch[feature_key("final")].to(dtype)) if return_logits else None
         return feats, logits
 
     def identity(self) -> dict[str, Any]:
@@ -236,6 +261,67 @@ class FrozenTarget:
             "tokenizer_sha256": tokenizer_fingerprint(self.tokenizer),
             "chat_template_sha256": sha256_text(template) if isinstance(template, str) else None,
         }
+
+
+class TargetHead(nn.Module):
+    """The target's logits from its post-norm state, exactly as the model's own forward computes them:
+    the LM head, then Granite's `logits / logits_scaling`, Cohere's `logits * logit_scale` and Gemma-2/3's
+    `tanh(logits / c) * c` final soft-capping where the config sets them. `FrozenTarget.check_exact`
+    proves the result equals `model(...).logits` for every target it loads.
+
+    Not a submodule of any drafter (drafters keep it in `FrozenParts`), so it is never trained nor saved.
+    """
+
+    def __init__(self, lm_head: nn.Module, text_config: Any):
+        super().__init__()
+        self.lm_head = lm_head
+        self.divide = float(getattr(text_config, "logits_scaling", None) or 1.0)
+        self.multiply = float(getattr(text_config, "logit_scale", None) or 1.0)
+        self.softcap = getattr(text_config, "final_logit_softcapping", None)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        weight: Any = self.lm_head.weight
+        return weight
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(hidden)
+        if self.divide != 1.0:
+            logits = logits / self.divide
+        if self.multiply != 1.0:
+            logits = logits * self.multiply
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+
+class PlainEmbedding(nn.Module):
+    """The target's embedding table looked up without any scale. Gemma multiplies embeddings by sqrt(H)
+    (inside the module for Gemma-3, in the decoder for Gemma-2) and Granite by `embedding_multiplier`; the
+    engines' Llama-style drafts embed with the plain table, so drafters train on exactly what they are
+    served with (ModelOpt's Gemma report: a scale present in training and absent in serving gave tau 1.004).
+    """
+
+    def __init__(self, embedding: nn.Module):
+        super().__init__()
+        self.table = embedding
+
+    @property
+    def weight(self) -> torch.Tensor:
+        weight: Any = self.table.weight
+        return weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding(ids, self.weight)
+
+
+def find_decoder(model: Any) -> Any:
+    """The decoder stack (`layers`, `norm`) of a causal LM. `get_decoder()` returns it for most models, but the
+    model itself for some (Llama-4 text in transformers 5), whose stack is then `model.model`."""
+    decoder = model.get_decoder()
+    if not hasattr(decoder, "layers") and hasattr(decoder, "model"):
+        decoder = decoder.model
+    return decoder
 
 
 FEATURE_PREFIX = "feat."  # batch keys of features read from an offline cache (train/core/feature_cache.py)

@@ -6,7 +6,7 @@
     eagle3         speculators format          official EAGLE-3 layout   (TGI has no EAGLE)       official layout
     eagle          official EAGLE-1 layout     official EAGLE-1 layout   (TGI has no EAGLE)       official layout
     medusa         vLLM Medusa layout          (SGLang has no Medusa)    FasterDecoding / TGI     FasterDecoding
-    mtp            DeepSeek nextn layers       DeepSeek nextn layers     (TGI has no MTP)         nextn layers
+    mtp            native MTP (DeepSeek-V3 nextn, Qwen3-Next / Qwen3.5 mtp.*; other targets: refused)
     draft_lm       transformers directory      transformers directory    (TGI has no draft LM)    transformers dir
 
 The export is checked against the target (the checkpoint's, or --target): the draft layer's shape,
@@ -32,7 +32,7 @@ from .layouts.common import Export, ExportError, LayoutSpec, TargetInfo, rope_se
 from .layouts.draft_lm import draft_lm_hf, read_draft_lm_state
 from .layouts.eagle import eagle1, eagle3_sglang, eagle3_speculators
 from .layouts.medusa import medusa_tgi, medusa_vllm
-from .layouts.mtp import mtp_nextn
+from .layouts.mtp import mtp_native
 
 ENGINES = ("vllm", "sglang", "tgi", "hf")
 
@@ -47,9 +47,9 @@ LAYOUTS: dict[tuple[str, str], Layout] = {
     ("medusa", "vllm"): medusa_vllm,
     ("medusa", "tgi"): medusa_tgi,
     ("medusa", "hf"): medusa_tgi,
-    ("mtp", "vllm"): mtp_nextn,
-    ("mtp", "sglang"): mtp_nextn,
-    ("mtp", "hf"): mtp_nextn,
+    ("mtp", "vllm"): mtp_native,
+    ("mtp", "sglang"): mtp_native,
+    ("mtp", "hf"): mtp_native,
     ("draft_lm", "vllm"): draft_lm_hf,
     ("draft_lm", "sglang"): draft_lm_hf,
     ("draft_lm", "hf"): draft_lm_hf,

@@ -25,14 +25,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, save_draft_lm
 from draftsmith.models.eagle3 import shift_left
 from draftsmith.models.errors import run_main
-from draftsmith.models.losses import divergence
-from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig, stop_token_ids
+from draftsmith.models.losses import (
+    LOSS_CHUNK_TOKENS,
+    ChunkResult,
+    chunk_positions,
+    chunked_loss,
+    distill_loss,
+)
+from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig, TargetHead, stop_token_ids
 from draftsmith.train.core.data import DataBundle, DataConfig, collate, left_pad
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
@@ -104,12 +109,51 @@ def answer_positions(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return shift_left(batch["loss_mask"]).bool()
 
 
-class DistillMethod:
-    """The loop's view of distillation: one loss term over answer positions."""
+def draft_head(draft: Any, length: int = 8) -> TargetHead:
+    """The draft LM's logits from its last (post-norm) hidden state, exactly as its own forward computes them
+    (the LM head plus any logit scaling or soft-capping its config sets), checked on a few tokens.
 
-    def __init__(self, target: FrozenTarget, draft: nn.Module, cfg: DistillConfig, seed: int, pad_id: int):
+    Raises:
+        ValueError: a draft whose logits this does not reproduce (its loss would be computed wrongly).
+    """
+    config = draft.config.get_text_config() if hasattr(draft.config, "get_text_config") else draft.config
+    head = TargetHead(draft.get_output_embeddings(), config)
+    was_training = draft.training
+    draft.eval()
+    with torch.no_grad():
+        ids = torch.arange(length, device=next(draft.parameters()).device)[None] % int(config.vocab_size)
+        out = draft(input_ids=ids, output_hidden_states=True)
+        err = (head(out.hidden_states[-1]) - out.logits).abs().max().item()
+    draft.train(was_training)
+    if not err <= 1e-4 * max(1.0, out.logits.abs().max().item()):
+        raise ValueError(
+            f"the draft model ({type(draft).__name__}) computes its logits from its last hidden state in a way "
+            f"draftsmith does not reproduce (max difference {err:.3g}); distillation computes them chunk by chunk "
+            "from that state, so it cannot train this draft. Please report the architecture."
+        )
+    return head
+
+
+class DistillMethod:
+    """The loop's view of distillation: one loss term over answer positions.
+
+    `loss_chunk`: tokens whose logits (the draft's and the target's) are computed at once (see
+    `chunked_loss`); the loss is the same for any value.
+    """
+
+    def __init__(
+        self,
+        target: FrozenTarget,
+        draft: nn.Module,
+        cfg: DistillConfig,
+        seed: int,
+        pad_id: int,
+        loss_chunk: int = LOSS_CHUNK_TOKENS,
+    ):
         self.target = target
         self.model = draft
+        self.head = draft_head(draft)
+        self.loss_chunk = loss_chunk
         self.cfg = cfg
         self.seed = seed
         self.pad_id = pad_id
@@ -126,25 +170,31 @@ class DistillMethod:
     def loss_terms(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        m = answer_positions(batch)
-        draft_logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[m]
-        _, target_logits = self.target.batch_features(batch, ("final",), return_logits=True)
-        assert target_logits is not None
-        target_logits = target_logits[m]
+        ids = batch["input_ids"]
+        # The draft's last hidden state, without its [B, T, V] logits (the head runs per chunk in the loss).
+        out = model(
+            input_ids=ids, attention_mask=batch["attention_mask"], output_hidden_states=True,
+            logits_to_keep=torch.zeros(0, dtype=torch.long, device=ids.device),
+        )  # fmt: skip
+        feats, _ = self.target.batch_features(batch, ("final",))
+        inputs = (out.hidden_states[-1], feats["final"], answer_positions(batch), shift_left(ids))
+        sums, _, metrics = chunked_loss(
+            self._chunk_loss, inputs, chunk_positions(ids.shape[0], self.loss_chunk)
+        )
+        return sums, metrics
+
+    def _chunk_loss(
+        self, hidden: torch.Tensor, final: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
+    ) -> ChunkResult:
+        """One chunk: the draft's `hidden [B, c, H]`, the target's `final [B, c, H]`, the trained positions
+        `mask [B, c]` and the data's next tokens `labels [B, c]` -> `distill_loss` over the trained positions."""
+        with torch.no_grad():
+            target_logits = self.target.head(final[mask])  # [n, V]
         cfg = self.cfg
-        if cfg.divergence == "ce":
-            labels = shift_left(batch["input_ids"])[m]
-            loss = F.cross_entropy(draft_logits.float(), labels, reduction="sum")
-            with torch.no_grad():
-                _, accept = divergence(target_logits, draft_logits, "tvd", temperature=cfg.temperature)
-        else:
-            per_token, accept = divergence(
-                target_logits, draft_logits, cfg.divergence, beta=cfg.beta, temperature=cfg.temperature,
-                vocab_chunk=cfg.vocab_chunk,
-            )  # fmt: skip
-            loss = per_token.sum()
-        top1 = (draft_logits.argmax(-1) == target_logits.argmax(-1)).sum().float()
-        return loss.reshape(1), {"accept": accept.sum().reshape(1), "top1": top1.reshape(1)}
+        return distill_loss(
+            target_logits, self.head(hidden[mask]), labels[mask], cfg.divergence, beta=cfg.beta,
+            temperature=cfg.temperature, vocab_chunk=cfg.vocab_chunk,
+        )  # fmt: skip
 
     def prepare_batch(self, model: nn.Module, batch: dict[str, torch.Tensor], step: int, index: int,
                       rank: int) -> dict[str, torch.Tensor]:  # fmt: skip

@@ -11,17 +11,26 @@ depths d of prod_{s<d} acc_s, an ESTIMATE of the acceptance length (the evaluato
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, default_feature_layers, shift_left
 from draftsmith.models.errors import run_main
-from draftsmith.models.losses import eagle1_loss, eagle3_step_loss
+from draftsmith.models.losses import (
+    LOSS_CHUNK_TOKENS,
+    ChunkResult,
+    chunk_positions,
+    chunked_loss,
+    eagle1_chunk_loss,
+    eagle1_mask,
+    eagle3_step_loss,
+)
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
@@ -66,10 +75,17 @@ def step_masks(batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]
 
 
 class EagleMethod:
-    """The loop's view of EAGLE: features from the frozen target, the drafter, its loss terms."""
+    """The loop's view of EAGLE: features from the frozen target, the drafter, its loss terms.
 
-    def __init__(self, target: FrozenTarget, draft: Eagle1Draft | Eagle3Draft):
+    `loss_chunk`: tokens whose logits (the draft's and the target's soft labels) are computed at once (see
+    `chunked_loss`); the loss is the same for any value.
+    """
+
+    def __init__(
+        self, target: FrozenTarget, draft: Eagle1Draft | Eagle3Draft, loss_chunk: int = LOSS_CHUNK_TOKENS
+    ):
         self.target = target
+        self.loss_chunk = loss_chunk
         self.model: nn.Module = draft
         self.version = draft.config.version
         if self.version == 1:
@@ -90,25 +106,28 @@ class EagleMethod:
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         ids = batch["input_ids"]
-        feats, target_logits = self.target.batch_features(batch, self.feature_layers, return_logits=True)
-        assert target_logits is not None
+        layers = tuple(dict.fromkeys((*self.feature_layers, "final")))  # the soft labels come from `final`
+        feats, _ = self.target.batch_features(batch, layers)
         draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
         masks = step_masks(batch, 1 if self.version == 1 else len(self.term_names))
+        chunk = chunk_positions(ids.shape[0], self.loss_chunk)
         if self.version == 1:
             f = feats["final"]
             predicted = model(draft.input_noise(f), shift_left(ids))
-            sums, _, metrics = eagle1_loss(predicted, f, draft.logits(predicted), target_logits, masks[0])
+            inputs = (predicted, shift_left(f), eagle1_mask(masks[0]))
+            sums, _, metrics = chunked_loss(_eagle1_chunk(draft, self.target.head), inputs, chunk)
             return sums, metrics
         g = torch.cat([feats[i] for i in self.feature_layers], dim=-1)
-        step_logits = model(g, ids)
-        z = shift_left(target_logits)
-        sums, hits = [], []
-        for s, logits in enumerate(step_logits):
-            loss, _, hit = eagle3_step_loss(logits, z, masks[s], draft.t2d)
-            sums.append(loss)
-            hits.append(hit)
-            z = shift_left(z)
-        return torch.stack(sums), {"top1": torch.stack(hits)}
+        hidden = model(g, ids)  # one [B, T, H] per TTT step; the logits are computed per chunk
+        T = ids.shape[1]
+        # Step s's soft label at column t is the target's distribution at position t+s+1 (zeros past the end):
+        # views into one zero-padded copy of `final`, not one shifted copy per step.
+        final = F.pad(feats["final"], (0, 0, 0, len(hidden)))
+        fn = _eagle3_chunk(draft, self.target.head)
+        steps = [
+            chunked_loss(fn, (h, final[:, s + 1 : s + 1 + T], masks[s]), chunk) for s, h in enumerate(hidden)
+        ]
+        return torch.cat([st[0] for st in steps]), {"top1": torch.cat([st[2]["top1"] for st in steps])}
 
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
         """`tau_estimate`: 1 + sum_d prod_{s<d} acc_s (EAGLE-1: its one accuracy at every depth up to 5)."""
@@ -120,11 +139,41 @@ class EagleMethod:
         return {f"{prefix}/tau_estimate": chain_tau_estimate(accs)}
 
 
+def _eagle1_chunk(
+    draft: Eagle1Draft, head: Callable[[torch.Tensor], torch.Tensor]
+) -> Callable[..., ChunkResult]:
+    """EAGLE-1's loss on one chunk: `(predicted [B, c, H], next features [B, c, H], mask [B, c])` -> sums, with
+    the drafter's logits through the frozen head and the soft labels `head(f_{t+1})` computed here."""
+
+    def fn(predicted: torch.Tensor, next_features: torch.Tensor, mask: torch.Tensor) -> ChunkResult:
+        with torch.no_grad():
+            labels = head(next_features)
+        return eagle1_chunk_loss(predicted, next_features, draft.logits(predicted), labels, mask)
+
+    return fn
+
+
+def _eagle3_chunk(
+    draft: Eagle3Draft, head: Callable[[torch.Tensor], torch.Tensor]
+) -> Callable[..., ChunkResult]:
+    """One TTT step's loss on one chunk: `(draft output [B, c, H], the target's final state at the positions
+    predicted [B, c, H], mask [B, c])` -> `(sum [1], count [1], {"top1": [1]})`."""
+
+    def fn(hidden: torch.Tensor, final: torch.Tensor, mask: torch.Tensor) -> ChunkResult:
+        with torch.no_grad():
+            target_logits = head(final)
+        loss, count, hit = eagle3_step_loss(draft.logits(hidden), target_logits, mask, draft.t2d)
+        return loss.reshape(1), count.reshape(1), {"top1": hit.reshape(1)}
+
+    return fn
+
+
 class _Eagle3Train(Eagle3Draft):
-    """EAGLE-3 whose forward is the TTT unroll, so accelerate / DDP wrap one call per step."""
+    """EAGLE-3 whose forward is the TTT unroll up to the draft head, so accelerate / DDP wrap one call per
+    step; the loss applies the head one sequence chunk at a time."""
 
     def forward(self, features: torch.Tensor, input_ids: torch.Tensor) -> list[torch.Tensor]:
-        return self.unroll(features, input_ids)
+        return self.unroll_hidden(features, input_ids)
 
 
 def assistant_token_counts(dataset: object, vocab_size: int) -> torch.Tensor:
@@ -151,7 +200,7 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
             )
         if cfg.draft.head_init == "target":
             draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
-    draft.attach_target(target.embed_tokens, target.lm_head)
+    draft.attach_target(target.embed_tokens, target.head)
     return draft
 
 

@@ -21,7 +21,17 @@ from torch import nn
 from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle3 import shift_left
 from draftsmith.models.errors import run_main
-from draftsmith.models.losses import divergence, medusa_loss, medusa_token_counts
+from draftsmith.models.losses import (
+    LOSS_CHUNK_TOKENS,
+    ChunkResult,
+    chunk_positions,
+    chunked_loss,
+    divergence,
+    medusa_head_loss,
+    medusa_loss,
+    medusa_targets,
+    medusa_token_counts,
+)
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.medusa2 import ADAPTER_DIR, Medusa2Config, Medusa2Model
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
@@ -52,14 +62,19 @@ RECIPE = MedusaRecipe  # the config tree of this method, for tools such as `draf
 
 
 class MedusaMethod:
-    """The loop's view of Medusa: heads over the frozen target's `final` features."""
+    """The loop's view of Medusa: heads over the frozen target's `final` features.
 
-    def __init__(self, target: FrozenTarget, heads: MedusaHeads):
+    `loss_chunk`: tokens whose logits are computed at once (see `chunked_loss`); the loss is the same for
+    any value.
+    """
+
+    def __init__(self, target: FrozenTarget, heads: MedusaHeads, loss_chunk: int = LOSS_CHUNK_TOKENS):
         self.target = target
         self.model: nn.Module = heads
         k = heads.config.num_heads
         self.term_names = [f"depth{i}" for i in range(1, k + 1)]
         self.term_weights = heads.config.loss_weights()
+        self.loss_chunk = loss_chunk
 
     def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return medusa_token_counts(batch["loss_mask"], len(self.term_names))
@@ -68,9 +83,25 @@ class MedusaMethod:
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         feats, _ = self.target.batch_features(batch, ("final",))
-        logits = model(feats["final"])  # [K, B, T, V]
-        sums, _, metrics = medusa_loss(logits, batch["input_ids"], batch["loss_mask"])
-        return sums, metrics
+        trunks = model(feats["final"], project=False)  # [K, B, T, H]: the projections run per chunk
+        heads: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
+        labels, masks = medusa_targets(batch["input_ids"], batch["loss_mask"], len(self.term_names))
+        chunk = chunk_positions(labels.shape[1], self.loss_chunk)
+        per_head = [
+            chunked_loss(_head_loss(heads, k), (trunks[k], labels[k], masks[k]), chunk)
+            for k in range(len(self.term_names))
+        ]
+        sums = torch.cat([h[0] for h in per_head])
+        return sums, {name: torch.cat([h[2][name] for h in per_head]) for name in ("top1", "top5")}
+
+
+def _head_loss(heads: MedusaHeads, k: int) -> Any:
+    """Head k's (0-based) loss on one chunk: `(trunk [B, c, H], labels [B, c], mask [B, c])` -> sums."""
+
+    def fn(trunk: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> ChunkResult:
+        return medusa_head_loss(heads.project(trunk, k), labels, mask)
+
+    return fn
 
 
 class Medusa2Method:

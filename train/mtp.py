@@ -13,14 +13,22 @@ the product of `agree` (an ESTIMATE for a chain of D; the evaluator measures the
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from draftsmith.models.errors import run_main
+from draftsmith.models.losses import (
+    LOSS_CHUNK_TOKENS,
+    ChunkResult,
+    chunk_positions,
+    chunked_argmax,
+    chunked_loss,
+    mtp_depth_loss,
+)
 from draftsmith.models.mtp import MTPConfig, MTPDraft, shift_tokens
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
@@ -56,10 +64,15 @@ def depth_masks(batch: dict[str, torch.Tensor], depths: int) -> list[torch.Tenso
 
 
 class MTPMethod:
-    """The loop's view of MTP: the target's last residual stream in, D cross-entropy terms out."""
+    """The loop's view of MTP: the target's last residual stream in, D cross-entropy terms out.
 
-    def __init__(self, target: FrozenTarget, draft: MTPDraft):
+    `loss_chunk`: tokens whose logits are computed at once (see `chunked_loss`); the loss is the same for
+    any value.
+    """
+
+    def __init__(self, target: FrozenTarget, draft: MTPDraft, loss_chunk: int = LOSS_CHUNK_TOKENS):
         self.target = target
+        self.loss_chunk = loss_chunk
         self.model: nn.Module = draft
         D = draft.config.num_modules
         self.term_names = [f"depth{k}" for k in range(1, D + 1)]
@@ -73,24 +86,20 @@ class MTPMethod:
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         ids = batch["input_ids"]
-        feats, target_logits = self.target.batch_features(batch, self.feature_layers, return_logits=True)
-        assert target_logits is not None
-        greedy = target_logits.argmax(-1)  # column j: the target's choice for t_{j+1}
-        sums, top1, agree = [], [], []
-        for k, (logits, m) in enumerate(
-            zip(
-                model(feats[self.feature_layers[0]], ids),
-                depth_masks(batch, len(self.term_names)),
-                strict=True,
-            ),
-            start=1,
-        ):
-            labels = shift_tokens(ids, k + 1)[m]
-            picked = logits[m].float()
-            sums.append(F.cross_entropy(picked, labels, reduction="sum"))
-            top1.append((picked.argmax(-1) == labels).sum().float())
-            agree.append((picked.argmax(-1) == shift_tokens(greedy, k)[m]).sum().float())
-        return torch.stack(sums), {"top1": torch.stack(top1), "agree": torch.stack(agree)}
+        feats, _ = self.target.batch_features(batch, (*self.feature_layers, "final"))
+        chunk = chunk_positions(ids.shape[0], self.loss_chunk)
+        greedy = chunked_argmax(self.target.head, feats["final"], chunk)  # column j: the target's t_{j+1}
+        draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
+        outputs = model(feats[self.feature_layers[0]], ids, project=False)  # h^k [B, T, H] per depth
+        masks = depth_masks(batch, len(self.term_names))
+        depths = [
+            chunked_loss(
+                _depth_chunk(draft, k), (h, shift_tokens(ids, k + 1), m, shift_tokens(greedy, k)), chunk
+            )
+            for k, (h, m) in enumerate(zip(outputs, masks, strict=True), start=1)
+        ]
+        sums = torch.cat([d[0] for d in depths])
+        return sums, {name: torch.cat([d[2][name] for d in depths]) for name in ("top1", "agree")}
 
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
         """`tau_estimate` = 1 + sum_d prod_{k<=d} agree_k (a chain of D, i.i.d. across steps)."""
@@ -100,6 +109,17 @@ class MTPMethod:
         return {f"{prefix}/tau_estimate": chain_tau_estimate(accs)}
 
 
+def _depth_chunk(draft: MTPDraft, k: int) -> Callable[..., ChunkResult]:
+    """Module k's loss on one chunk: `(h^k [B, c, H], labels [B, c], mask [B, c], target greedy [B, c])`."""
+
+    def fn(
+        hidden: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, greedy: torch.Tensor
+    ) -> ChunkResult:
+        return mtp_depth_loss(draft.logits(k, hidden), labels, mask, greedy)
+
+    return fn
+
+
 def cache_layers(cfg: MTPRecipe, target: FrozenTarget) -> list[LayerId]:
     """What an offline cache must hold: the last residual stream (pre-norm) and `final` for the logits."""
     return [target.num_layers, "final"]
@@ -107,7 +127,7 @@ def cache_layers(cfg: MTPRecipe, target: FrozenTarget) -> list[LayerId]:
 
 def build_method(cfg: MTPRecipe, target: FrozenTarget, data: DataBundle) -> MTPMethod:
     draft = MTPDraft(cfg.model, target.model.config, target.vocab_size)
-    draft.attach_target(target.embed_tokens, target.lm_head)
+    draft.attach_target(target.embed_tokens, target.head)
     return MTPMethod(target, draft)
 
 

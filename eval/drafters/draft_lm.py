@@ -1,6 +1,6 @@
 """An independent causal LM as the drafter (and `self`: the target drafting for itself).
 
-The draft keeps its own transformers `DynamicCache`. Before drafting it crops the cache to the longest
+The draft keeps its own transformers `DynamicCache` (full-length layers, eval/kv_cache.py). Before drafting it crops the cache to the longest
 prefix it shares with the committed context and feeds the rest (accepted tokens and the new root) in one
 forward. A chain is then drafted token by token: at T = 0 the argmax, at T > 0 a sample from the draft's
 distribution processed exactly like the target's (q), which the verifier needs for min(1, p/q). A tree is
@@ -15,13 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from draftsmith.models.target import LayerId
 
-from ..kv_cache import crop_to
+from ..kv_cache import RollbackImpossible, crop_to, new_cache
 from ..sampling import Sampling, sample
-from ..tree import DraftTree, TreeShape, tree_attention
+from ..tree import DraftTree, TreeShape, layer_tree_masks
 from .base import refuse_dynamic
 
 
@@ -31,12 +30,16 @@ class LMDrafter:
 
     def __init__(self, model: Any, name: str = "draft_lm"):
         self.model = model.eval()
+        config = model.config
+        self.text_config = (
+            config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        )
         self.name = name
-        self.cache: DynamicCache | None = None
+        self.cache: Any = None
         self.cached: list[int] = []  # token ids whose keys/values are in the cache, in position order
 
     def start(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache(self.model.config)
         self.cached = []
 
     def observe(self, features: dict[LayerId, torch.Tensor]) -> None:
@@ -47,7 +50,7 @@ class LMDrafter:
         return next(self.model.parameters()).device
 
     def _forward(
-        self, ids: list[int], positions: list[int] | None = None, mask: torch.Tensor | None = None
+        self, ids: list[int], positions: list[int] | None = None, mask: Any = None
     ) -> torch.Tensor:
         """Feed `ids` after the cache; logits `[len(ids), V]` (float32)."""
         kwargs: dict[str, Any] = {}
@@ -70,7 +73,11 @@ class LMDrafter:
         while keep < limit and self.cached[keep] == context[keep]:
             keep += 1
         if keep < len(self.cached):
-            crop_to(self.cache, keep)
+            try:
+                crop_to(self.cache, keep)
+            except RollbackImpossible:  # linear-attention state: start again from the whole context
+                self.start()
+                keep = 0
         self.cached = list(context)
         return self._forward(context[keep:])[-1]
 
@@ -153,9 +160,20 @@ class LMDrafter:
                 break
             ancestors = DraftTree(torch.tensor(tokens), shape_parents).ancestor_mask()
             keys = fed + feed
-            mask = tree_attention(ancestors[feed][:, keys], len(context), self.model.dtype, self.device)
-            out = self._forward([tokens[c] for c in feed], [len(context) - 1 + depth[c] for c in feed], mask)
+            base = len(context) - 1
+            mask = layer_tree_masks(
+                ancestors[feed][:, keys], [base + depth[c] for c in feed], [base + depth[c] for c in keys],
+                len(context), self.text_config, self.model.dtype, self.device,
+            )  # fmt: skip
+            out = self._forward([tokens[c] for c in feed], [base + depth[c] for c in feed], mask)
             logits.update({c: out[j] for j, c in enumerate(feed)})
             fed += feed
-        crop_to(self.cache, len(context))
+        self._drop_tree(len(context))
         return DraftTree(torch.tensor(tokens), shape_parents, q)
+
+    def _drop_tree(self, length: int) -> None:
+        """Forget the tree nodes fed after the context (a linear-attention draft starts again)."""
+        try:
+            crop_to(self.cache, length)
+        except RollbackImpossible:
+            self.start()

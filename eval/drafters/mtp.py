@@ -51,7 +51,7 @@ class MTPDrafter:
         if feats.shape[0] != n:
             raise RuntimeError(f"MTP drafter has {feats.shape[0]} target features for {n + 1} context tokens")
         param = next(self.draft.parameters())
-        mask = causal_mask(n, param.dtype, param.device)
+        mask = causal_mask(n, param.device)
         positions = torch.arange(n, device=param.device)[None]
         parents = shape.parents()
         depth = [0] + [len(p) for p in shape.paths]

@@ -12,7 +12,8 @@ because every failure class below made an engine load silently and accept ~1 tok
 - an `embed_tokens` that is not the target's (TorchSpec#38, vllm#50158): the engine compares or uses it.
 - a bias tensor the engine's module needs but the config does not announce, or vice versa (vllm#11126).
 - layer ids in the wrong convention (the three conventions of ENGINES.md 6.3; table below).
-- a target whose embedding the engine's draft cannot reproduce (Gemma's sqrt(H) scale, ModelOpt's debug README).
+- (Gemma's sqrt(H) embedding scale, ModelOpt's debug README, cannot happen: drafters embed with the plain
+  table in training, as the engines' drafts do when served; models/target.py `PlainEmbedding`.)
 """
 
 from __future__ import annotations
@@ -71,11 +72,6 @@ def from_engine_ids(ids: Sequence[int], engine: str) -> list[int]:
 
 class ExportError(ValueError):
     """An export that would load in the engine but compute something else; nothing was written."""
-
-
-# Targets whose input embedding is scaled inside the decoder (x * sqrt(H)): an engine's Llama-style draft
-# embeds tokens with the plain table and drops the scale (ModelOpt's debug README: tau 1.004).
-SCALED_EMBEDDING_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text")
 
 
 class TargetInfo:

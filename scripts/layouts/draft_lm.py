@@ -36,9 +36,14 @@ def draft_lm_hf(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
         )
     config = json.loads((src / "config.json").read_text())
     hf_config = AutoConfig.from_pretrained(str(src))
+    from transformers.core_model_loading import revert_weight_conversion
+
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    # The names and shapes save_pretrained writes (and engines load): transformers fuses MoE experts in memory
+    # (`experts.gate_up_proj [E, 2I, H]`) and splits them again on disk (`experts.{e}.gate_proj.weight`).
+    on_disk = revert_weight_conversion(model, model.state_dict())
+    shapes = {k: tuple(v.shape) for k, v in dict(on_disk).items()}
     tied = getattr(hf_config, "tie_word_embeddings", False)
     optional = {}
     if tied:  # save_pretrained writes one copy of a tied LM head

@@ -31,14 +31,9 @@ from typing import Any
 
 import torch
 
-from .common import (
-    SCALED_EMBEDDING_TYPES,
-    Export,
-    ExportError,
-    LayoutSpec,
-    TargetInfo,
-    to_engine_ids,
-)
+from draftsmith.models.draft_layer import draft_layer_settings, llama_draft_config
+
+from .common import Export, ExportError, LayoutSpec, TargetInfo, rope_settings, to_engine_ids
 
 
 def _prefix_map(state: dict[str, torch.Tensor], renames: dict[str, str]) -> dict[str, torch.Tensor]:
@@ -56,13 +51,11 @@ def _prefix_map(state: dict[str, torch.Tensor], renames: dict[str, str]) -> dict
 def layer_shapes(
     target: TargetInfo, prefix: str, attn_in: int, input_norm: bool
 ) -> dict[str, tuple[int, ...]]:
-    """Tensor shapes of one Llama-style decoder layer of the target's size (what the engines' draft layer
-    declares), with q/k/v reading `attn_in` features."""
-    c = target.config
-    H, nh = int(c.hidden_size), int(c.num_attention_heads)
-    nkv = int(getattr(c, "num_key_value_heads", None) or nh)
-    hd = int(getattr(c, "head_dim", None) or H // nh)
-    inter = int(c.intermediate_size)
+    """The tensors of the Llama-style draft layer engines serve (models/draft_layer.py) for `target`, with q/k/v
+    reading `attn_in` features. No biases: the engines' draft layers have none."""
+    c = draft_layer_settings(target.config)
+    H, nh, nkv, hd, inter = (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"],
+                             c["intermediate_size"])  # fmt: skip
     shapes: dict[str, tuple[int, ...]] = {
         f"{prefix}self_attn.q_proj.weight": (nh * hd, attn_in),
         f"{prefix}self_attn.k_proj.weight": (nkv * hd, attn_in),
@@ -73,37 +66,16 @@ def layer_shapes(
         f"{prefix}mlp.down_proj.weight": (H, inter),
         f"{prefix}post_attention_layernorm.weight": (H,),
     }
-    if getattr(c, "attention_bias", False):
-        shapes.update({f"{prefix}self_attn.{p}.bias": (n,) for p, n in
-                       (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd), ("o_proj", H))})  # fmt: skip
-    if getattr(c, "mlp_bias", False):
-        shapes.update({f"{prefix}mlp.{p}.bias": (n,) for p, n in
-                       (("gate_proj", inter), ("up_proj", inter), ("down_proj", H))})  # fmt: skip
     if input_norm:
         shapes[f"{prefix}input_layernorm.weight"] = (H,)
     return shapes
 
 
 def _layer_config(target: TargetInfo) -> dict[str, Any]:
-    """The draft layer's shape and positional settings, copied from the target (never defaulted)."""
-    c = target.config
-    rope = target.rope()
-    H, nh = int(c.hidden_size), int(c.num_attention_heads)
-    return {
-        "hidden_size": H,
-        "intermediate_size": int(c.intermediate_size),
-        "num_attention_heads": nh,
-        "num_key_value_heads": int(getattr(c, "num_key_value_heads", None) or nh),
-        "head_dim": int(getattr(c, "head_dim", None) or H // nh),
-        "max_position_embeddings": target.max_positions(),
-        "rope_theta": rope["rope_theta"],
-        "rope_scaling": rope["rope_scaling"],
-        "rms_norm_eps": float(getattr(c, "rms_norm_eps", 1e-6)),
-        "hidden_act": str(getattr(c, "hidden_act", "silu")),
-        "attention_bias": bool(getattr(c, "attention_bias", False)),
-        "mlp_bias": bool(getattr(c, "mlp_bias", False)),
-        "vocab_size": target.vocab_size,
-    }
+    """The draft layer's config as engines read it (legacy rope keys), from the one source of these values."""
+    settings = dict(draft_layer_settings(target.config))
+    rope = rope_settings({"rope_parameters": settings.pop("rope_parameters")})
+    return {**settings, **rope, "vocab_size": target.vocab_size}
 
 
 def _layer_spec_config(target: TargetInfo, prefix: str = "") -> dict[str, Any]:
@@ -111,21 +83,11 @@ def _layer_spec_config(target: TargetInfo, prefix: str = "") -> dict[str, Any]:
     return {prefix + k: v for k, v in _layer_config(target).items()}
 
 
-def _check_llama_family(target: TargetInfo, what: str) -> None:
-    if target.model_type() in SCALED_EMBEDDING_TYPES:
-        raise ExportError(
-            f"{what}: a {target.model_type()} target scales its embedding by sqrt(hidden_size) inside the decoder; "
-            "the engines' Llama draft embeds with the plain table and would run at tau ~1 (ModelOpt's Gemma "
-            "report). Export refused."
-        )
-
-
 def _eagle3_common(
     source: dict[str, Any], target: TargetInfo, engine: str, layer: str
 ) -> tuple[list[int], list[int], int, dict[str, torch.Tensor], LayoutSpec]:
     """What both EAGLE-3 layouts share: `(canonical ids, engine ids, draft vocabulary size, tensors renamed with
     the draft layer under `layer`, the spec of those tensors)`. Each layout adds its config and config checks."""
-    _check_llama_family(target, "EAGLE-3 export")
     canonical = [int(i) for i in source["config"]["feature_layers"]]
     ids = to_engine_ids(canonical, engine, target.num_layers)
     vd, H, V = int(source["config"]["draft_vocab_size"]), target.hidden_size, target.vocab_size
@@ -184,10 +146,7 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
     """EAGLE-3 -> vLLM's self-describing speculators format (`speculators_model_type: eagle3`)."""
     canonical, ids, vd, tensors, spec = _eagle3_common(source, target, "vllm", "layers.0.")
     state, cfg, H = source["state"], source["config"], target.hidden_size
-    layer = target.config.to_dict()
-    layer.update(num_hidden_layers=1, layer_types=["full_attention"], use_sliding_window=False,
-                 sliding_window=None, tie_word_embeddings=False)  # fmt: skip
-    layer.update({k: v for k, v in _layer_config(target).items() if k not in ("rope_theta", "rope_scaling")})
+    layer = llama_draft_config(target.config, target.vocab_size).to_dict()
     for key in ("architectures", "transformers_version", "dtype", "torch_dtype", "auto_map"):
         layer.pop(key, None)
     steps = int(cfg["drafter"].get("ttt_steps", 3))
@@ -232,15 +191,13 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
 
 def layer_spec_config_rope(target: TargetInfo) -> dict[str, Any]:
     """The rope settings a transformers-5 `transformer_layer_config` must carry (as `rope_parameters`)."""
-    params = target.config.to_dict().get("rope_parameters")
-    if params is None:
-        return {"transformer_layer_config.rope_theta": target.rope()["rope_theta"]}
-    return {"transformer_layer_config.rope_parameters": params}
+    return {
+        "transformer_layer_config.rope_parameters": draft_layer_settings(target.config)["rope_parameters"]
+    }
 
 
 def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
     """EAGLE-1 -> the official SafeAILab layout (`LlamaForCausalLMEagle`) that SGLang and vLLM load."""
-    _check_llama_family(target, "EAGLE-1 export")
     state, cfg = source["state"], source["config"]
     H = target.hidden_size
     trained_bias = bool(cfg["drafter"].get("fc_bias", True))

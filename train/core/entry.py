@@ -12,6 +12,7 @@ import yaml
 from accelerate.utils import set_seed
 
 from draftsmith.models.checkpoint import save_drafter
+from draftsmith.models.serving import unserved_reason
 from draftsmith.models.target import FrozenTarget, LayerId, check_target_identity
 
 from .config import config_yaml
@@ -66,6 +67,7 @@ def train_main(
         target = FrozenTarget.load(cfg.target, accelerator.device)
         data = build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=progress)
     method = build_method(cfg, target, data)  # before sharding: drafters may copy target weights
+    check_served(method, target, cfg.train.allow_unserved)
     method.model.to(accelerator.device)
     kind = shard_kind(accelerator)
     if kind is not None:
@@ -108,3 +110,25 @@ def train_main(
     accelerator.wait_for_everyone()
     accelerator.end_training()  # after final/ is written: never inside the loop
     return 0
+
+
+def drafter_kind(model: Any) -> str:
+    """The registered kind of a method's trainable module (`draft_lm` for a plain causal LM; Medusa-2's
+    module carries the heads' kind)."""
+    heads = getattr(model, "heads", None)
+    return str(getattr(model, "kind", None) or getattr(heads, "kind", None) or "draft_lm")
+
+
+def check_served(method: Method, target: FrozenTarget, allow_unserved: bool) -> None:
+    """Before the first step: refuse a drafter no serving engine loads for this target, in one line naming
+    which engines serve what, unless the recipe asks for one anyway (`train.allow_unserved`: a drafter for
+    draftsmith's own evaluator)."""
+    reason = unserved_reason(drafter_kind(method.model), target.model.config)
+    if reason is None:
+        return
+    if not allow_unserved:
+        raise ValueError(
+            f"{reason}. Set train.allow_unserved=true to train it for draftsmith's evaluator only, or pick a "
+            "drafter kind an engine serves for this target"
+        )
+    print(f"note: {reason}; training it for draftsmith's evaluator only (train.allow_unserved=true)")

@@ -53,6 +53,13 @@ class TrainConfig:
         default="no", metadata={"help": "Autocast precision for forward passes; 'no' = float32."}
     )
     shuffle: bool = field(default=True, metadata={"help": "Reshuffle the training set every epoch."})
+    allow_unserved: bool = field(
+        default=False,
+        metadata={
+            "help": "Train a drafter that no serving engine loads for this target (e.g. MTP modules for a "
+            "Llama target), for draftsmith's own evaluator; refused before the first step otherwise."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.micro_batch_size < 1 or self.grad_accum < 1:
@@ -306,6 +313,7 @@ def run_training(
             batches = [prepare(model, b, step, j, accelerator.process_index) for j, b in enumerate(batches)]
         batch_counts = [method.token_counts(b).to(accelerator.device) for b in batches]
         global_counts = accelerator.reduce(sum(batch_counts), "sum").clamp(min=1)  # per term, whole window
+        nonfinite = torch.zeros(len(method.term_names), device=accelerator.device)
         for j, batch in enumerate(batches):
             # accumulate(): gradients are all-reduced (DDP) or the DeepSpeed engine steps only on the window's
             # last micro-batch, and accelerate divides the loss by grad_accum (DeepSpeed's engine does).
@@ -316,11 +324,13 @@ def run_training(
                 scale = accelerator.num_processes * train.grad_accum
                 loss = (weights * sums.float() / global_counts).sum() * scale
                 accelerator.backward(loss)
+            nonfinite += (~torch.isfinite(sums.detach().float())).float()
             window.add(sums, batch_counts[j], metrics)
             tokens_window += batch["attention_mask"].sum()
         max_norm = train.max_grad_norm if train.max_grad_norm else float("inf")
         # DeepSpeed clips inside its engine step (at the recipe's max_grad_norm) and this returns its norm.
         grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+        check_finite(accelerator.reduce(nonfinite, "sum"), grad_norm, step + 1, method.term_names, train)
         if grad_norm is not None:
             window.add_scalar("train/grad_norm", grad_norm)
         window.add_scalar("train/lr", scheduler.get_last_lr()[0])
@@ -362,6 +372,40 @@ def run_training(
     method.model = accelerator.unwrap_model(model)
     return LoopResult(
         step=step, last_train=last_train, eval=eval_metrics, initial_eval=initial_eval, state_dict=state_dict
+    )
+
+
+class NonFiniteLoss(ValueError):
+    """Training produced a non-finite loss or gradient; the step was not applied and nothing was saved."""
+
+
+def check_finite(
+    nonfinite: torch.Tensor, grad_norm: Any, step: int, term_names: list[str], train: TrainConfig
+) -> None:
+    """Stop training at `step` if any rank's loss term (`nonfinite [K]`, summed over ranks) or the global
+    gradient norm is not finite, before the optimizer applies it: a NaN must never reach the weights, a
+    checkpoint or final/. Every rank sees the same reduced values, so every rank stops together.
+
+    Raises:
+        NonFiniteLoss: one line naming the step, the loss terms and the likely cause.
+    """
+    bad = [name for name, n in zip(term_names, nonfinite.tolist(), strict=True) if n > 0]
+    norm_bad = grad_norm is not None and not math.isfinite(float(grad_norm))
+    if not bad and not norm_bad:
+        return
+    what = f"loss term(s) {', '.join(bad)}" if bad else f"the gradient norm ({float(grad_norm)})"
+    if step == 1:
+        cause = ("at the first step this comes from the inputs, not from training: the target's features or "
+                 "logits, or the drafter's initial weights, are not finite (check the target weights, "
+                 "target.dtype and the feature cache)")  # fmt: skip
+    elif train.mixed_precision == "fp16":
+        cause = "fp16 overflow is likely: use train.mixed_precision=bf16 or no"
+    else:
+        cause = (f"the updates diverged: lower train.lr (now {train.lr:g})"
+                 + ("" if train.max_grad_norm else " or set train.max_grad_norm=1.0"))  # fmt: skip
+    raise NonFiniteLoss(
+        f"training stopped at step {step}: {what} not finite; {cause}. The step was not applied and final/ "
+        "was not written; the last checkpoint (if any) holds finite weights."
     )
 
 

@@ -49,12 +49,12 @@ def make_drafter(kind: str, target: FrozenTarget):
         torch.manual_seed(0)
         cls = Eagle1Draft if kind == "eagle" else Eagle3Draft
         draft = cls(EagleConfig(version=1 if kind == "eagle" else 3), target.model.config, target.vocab_size)
-        draft.attach_target(target.embed_tokens, target.lm_head)
+        draft.attach_target(target.embed_tokens, target.head)
         return EagleDrafter(draft)
     if kind == "mtp":
         torch.manual_seed(0)
         mtp = MTPDraft(MTPConfig(num_modules=3), target.model.config, target.vocab_size)
-        mtp.attach_target(target.embed_tokens, target.lm_head)
+        mtp.attach_target(target.embed_tokens, target.head)
         return MTPDrafter(mtp)
     return LMDrafter(target.model, name="self")
 

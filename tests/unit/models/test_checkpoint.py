@@ -72,4 +72,4 @@ def test_eagle3_round_trip_keeps_vocab_map_and_reattaches_the_target(tiny_random
     assert "embed_tokens.weight" not in loaded.state_dict()  # the target's weights are never duplicated
     for k, v in draft.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v), k
-    assert loaded.frozen.lm_head is target.lm_head  # reattached on load
+    assert loaded.frozen.lm_head is target.head  # reattached on load

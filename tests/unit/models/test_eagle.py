@@ -43,7 +43,8 @@ def eagle1(llama) -> Eagle1Draft:
 
 def test_ttt_mask_equals_brute_force_reconstruction():
     for step in range(4):
-        mask = ttt_mask(T, step, torch.float32, torch.device("cpu"))[0, 0] == 0
+        mask = ttt_mask(T, step)[0, 0]
+        assert mask.dtype == torch.bool
         for t in range(T):
             for key in range((step + 1) * T):
                 j, c = divmod(key, T)
@@ -66,7 +67,7 @@ def test_ttt_unroll_equals_a_chain_of_drafts_at_inference(llama):
     for t in range(T):
         cache = DynamicCache()
         h = draft.step(draft.project(g[:, : t + 1]), nxt[:, : t + 1], torch.arange(t + 1)[None],
-                       causal_mask(t + 1, torch.float32, torch.device("cpu")), cache)[:, -1:]  # fmt: skip
+                       causal_mask(t + 1), cache)[:, -1:]  # fmt: skip
         torch.testing.assert_close(draft.logits(h)[0, 0], steps[0][0, t], atol=1e-5, rtol=1e-5)
         for s in range(1, len(steps)):
             token = ids[:, t + s + 1 : t + s + 2] if t + s + 1 < T else torch.zeros(1, 1, dtype=torch.long)

@@ -63,7 +63,7 @@ def test_drafter_chain_equals_the_teacher_forced_forward_on_context_plus_drafts(
     context followed by the drafts (what the drafter claims to compute, without a cache)."""
     target = tiny_random_target
     draft = MTPDraft(MTPConfig(num_modules=3), target.model.config, target.vocab_size).eval()
-    draft.attach_target(target.embed_tokens, target.lm_head)
+    draft.attach_target(target.embed_tokens, target.head)
     drafter = MTPDrafter(draft)
     context = torch.randint(0, target.vocab_size, (12,), generator=torch.Generator().manual_seed(2)).tolist()
     L = target.num_layers
@@ -83,7 +83,7 @@ def test_drafter_chain_equals_the_teacher_forced_forward_on_context_plus_drafts(
 def test_checkpoint_round_trip_gives_identical_logits(tiny_random_target, tmp_path):
     target = tiny_random_target
     draft = MTPDraft(MTPConfig(num_modules=2), target.model.config, target.vocab_size).eval()
-    draft.attach_target(target.embed_tokens, target.lm_head)
+    draft.attach_target(target.embed_tokens, target.head)
     save_drafter(tmp_path / "ckpt", draft, target.identity())
     loaded, config = load_drafter(tmp_path / "ckpt", target)
     assert config["kind"] == "mtp" and config["feature_layers"] == [target.num_layers]
@@ -102,7 +102,7 @@ def test_nextn_export_layout_round_trips_and_refuses_a_foreign_embedding(tiny_ra
     target = tiny_random_target
     L = target.num_layers
     draft = MTPDraft(MTPConfig(num_modules=2), target.model.config, target.vocab_size).eval()
-    draft.attach_target(target.embed_tokens, target.lm_head)
+    draft.attach_target(target.embed_tokens, target.head)
     state = nextn_state_dict(draft)
     second = {
         k.removeprefix(f"model.layers.{L + 1}.") for k in state if k.startswith(f"model.layers.{L + 1}.")
@@ -112,7 +112,7 @@ def test_nextn_export_layout_round_trips_and_refuses_a_foreign_embedding(tiny_ra
             "self_attn.q_proj.weight", "mlp.down_proj.weight"} <= second  # fmt: skip
     assert state[f"model.layers.{L}.eh_proj.weight"].shape == (target.hidden_size, 2 * target.hidden_size)
     fresh = MTPDraft(MTPConfig(num_modules=2), target.model.config, target.vocab_size).eval()
-    fresh.attach_target(target.embed_tokens, target.lm_head)
+    fresh.attach_target(target.embed_tokens, target.head)
     load_nextn_state_dict(fresh, state)
     ids = torch.randint(0, target.vocab_size, (1, 5), generator=torch.Generator().manual_seed(4))
     feats = torch.randn(1, 5, target.hidden_size)
@@ -133,7 +133,7 @@ def test_drafter_tree_children_are_the_ranked_tokens_of_the_forward_along_their_
     forward is fed the context followed by that node's path."""
     target = tiny_random_target
     draft = MTPDraft(MTPConfig(num_modules=3), target.model.config, target.vocab_size).eval()
-    draft.attach_target(target.embed_tokens, target.lm_head)
+    draft.attach_target(target.embed_tokens, target.head)
     drafter = MTPDrafter(draft)
     context = torch.randint(0, target.vocab_size, (9,), generator=torch.Generator().manual_seed(5)).tolist()
     L, n = target.num_layers, len(context) - 1

@@ -43,7 +43,7 @@ def test_modelopt_export_round_trips_through_the_converter(tiny_random_target, t
     loaded, config = load_drafter(modelopt_eagle3(src, target, tmp_path / "converted"), target)
     assert config["feature_layers"] == [2, 3, 4]  # ModelOpt's output of layer k is draftsmith's id k+1
     assert torch.equal(loaded.t2d.nonzero().flatten(), used.sort().values)
-    draft.attach_target(target.embed_tokens, target.lm_head)
+    draft.attach_target(target.embed_tokens, target.head)
     g = torch.randn(1, 5, 3 * target.hidden_size)
     ids = torch.randint(0, V, (1, 5))
     with torch.no_grad():
@@ -197,7 +197,7 @@ def test_speculators_checkpoint_round_trips_through_the_converter(tiny_random_ta
     assert config["feature_layers"] == [2, 3, 4]
     assert config["converted_from"]["peer"] == "speculators"
     assert torch.equal(loaded.t2d.nonzero().flatten(), used)
-    draft.attach_target(target.embed_tokens, target.lm_head)
+    draft.attach_target(target.embed_tokens, target.head)
     g = torch.randn(1, 6, 3 * target.hidden_size)
     ids = torch.randint(0, target.vocab_size, (1, 6))
     with torch.no_grad():

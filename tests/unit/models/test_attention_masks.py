@@ -1,0 +1,79 @@
+"""Draft attention masks are boolean (True = attend) and reach transformers' SDPA attention as such; the
+eager attention, which would add a boolean mask to the scores instead of masking them, is never used."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers.models.llama.modeling_llama as llama_modeling
+from conftest import make_tiny_llama
+
+from draftsmith.models.eagle import Eagle1Draft, EagleConfig, causal_mask
+from draftsmith.models.eagle3 import Eagle3Draft, ttt_mask
+from draftsmith.models.mtp import MTPConfig, MTPDraft
+
+V, H, T = 40, 32, 6
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return make_tiny_llama(V, layers=4, hidden=H)
+
+
+@pytest.fixture()
+def sdpa_masks(monkeypatch):
+    """The masks every SDPA call receives; the eager attention raises if anything calls it."""
+    seen: list[torch.Tensor] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("attn_mask"))
+        return sdpa(*args, **kwargs)
+
+    def eager(*args, **kwargs):
+        raise AssertionError("the eager attention ran")
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(llama_modeling, "eager_attention_forward", eager)
+    return seen
+
+
+def additive(mask: torch.Tensor) -> torch.Tensor:
+    """The old float mask of a boolean one: 0 where allowed, float32 min elsewhere."""
+    return torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+
+
+def test_masks_are_boolean_with_the_documented_pattern():
+    c = causal_mask(4)[0, 0]
+    assert c.dtype == torch.bool and c.tolist() == [[j <= i for j in range(4)] for i in range(4)]
+    m = ttt_mask(3, 2)[0, 0]
+    assert m.dtype == torch.bool and m.shape == (3, 9)
+    assert torch.equal(m[:, :3], c[:3, :3]) and torch.equal(m[:, 3:6], torch.eye(3, dtype=torch.bool))
+
+
+@torch.no_grad()
+def test_eagle3_unroll_passes_boolean_ttt_masks_to_sdpa(llama, sdpa_masks):
+    torch.manual_seed(0)
+    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=3), llama.config, V).eval()
+    draft.attach_target(llama.get_input_embeddings(), llama.get_output_embeddings())
+    draft.unroll(torch.randn(1, T, 3 * H), torch.randint(0, V, (1, T)))
+    assert len(sdpa_masks) == 3
+    for s, mask in enumerate(sdpa_masks):
+        assert mask.dtype == torch.bool and torch.equal(mask, ttt_mask(T, s))
+
+
+@torch.no_grad()
+def test_eagle1_and_mtp_pass_a_boolean_causal_mask_equal_to_the_additive_one(llama, sdpa_masks):
+    torch.manual_seed(0)
+    e1 = Eagle1Draft(EagleConfig(version=1), llama.config, V).eval()
+    e1.attach_target(llama.get_input_embeddings(), llama.get_output_embeddings())
+    f, ids = torch.randn(1, T, H), torch.randint(0, V, (1, T))
+    out = e1(f, ids)
+    assert sdpa_masks[-1].dtype == torch.bool and torch.equal(sdpa_masks[-1], causal_mask(T))
+    old = e1(f, ids, torch.arange(T)[None], additive(causal_mask(T)))
+    torch.testing.assert_close(out, old, rtol=0, atol=0)
+    mtp = MTPDraft(MTPConfig(num_modules=2), llama.config, V).eval()
+    mtp.attach_target(llama.get_input_embeddings(), llama.get_output_embeddings())
+    sdpa_masks.clear()
+    mtp(f, ids)
+    assert len(sdpa_masks) == 2 and all(m.dtype == torch.bool for m in sdpa_masks)

@@ -1,0 +1,251 @@
+"""Every architecture people serve drafters for, at tiny size with random weights (scripts/tiny_targets.py).
+
+Oracles: the model's own forward (`model(...).logits`, `output_hidden_states`), plain greedy decoding, the
+target drafting for itself (accepted with probability 1 at any temperature), and each engine layout's
+validator. The full architecture x drafter-kind matrix (train 3 steps, T=0 lossless, every serving engine's
+export) runs one cell per architecture by default and the rest under `-m slow`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
+from draftsmith.eval.drafters import EagleDrafter, LMDrafter, MTPDrafter, NgramDrafter
+from draftsmith.eval.sampling import Sampling
+from draftsmith.eval.tree import parse_tree
+from draftsmith.models.eagle import EagleConfig
+from draftsmith.models.eagle3 import Eagle3Draft
+from draftsmith.models.mtp import MTPConfig, MTPDraft
+from draftsmith.models.target import FrozenTarget
+from draftsmith.scripts import arch_matrix
+from draftsmith.scripts.tiny_targets import ARCHITECTURES, available, build_tiny_target
+
+ARCHS = [a for a in ARCHITECTURES if available(a)]
+LINEAR = ("qwen3_next", "qwen3_5")  # hybrid linear-attention targets: chains only
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return arch_matrix.tokenizer()
+
+
+@pytest.fixture(scope="module")
+def targets(tokenizer):
+    cache: dict[str, FrozenTarget] = {}
+
+    def get(arch: str) -> FrozenTarget:
+        if arch not in cache:
+            cache[arch] = FrozenTarget(build_tiny_target(arch, tokenizer), tokenizer, arch)
+        return cache[arch]
+
+    return get
+
+
+def test_the_matrix_covers_every_architecture_the_issue_names():
+    named = {"llama", "llama_tied", "llama3_rope", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen3_next",
+             "gemma2", "gemma3", "phi3", "glm4", "olmo2", "granite", "smollm3", "deepseek_v3", "gpt_oss", "llama4"}  # fmt: skip
+    assert named <= set(ARCHS), f"the pinned transformers lacks {named - set(ARCHS)}"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_logits_and_features_are_the_models_own(arch, targets):
+    """Soft labels, T>0 verification and every drafter's inputs come from these: they must equal the model's
+    own forward, Granite's logit scaling, Gemma's soft-capping and MoE routing included."""
+    target = targets(arch)
+    ids = torch.arange(3, 40)[None] % target.vocab_size
+    own = target.model(ids, output_hidden_states=True)
+    L = target.num_layers
+    feats, logits = target.forward(ids, layer_ids=[*range(L), "final"], return_logits=True)
+    for i in range(L):
+        torch.testing.assert_close(feats[i], own.hidden_states[i], rtol=0, atol=1e-6)
+    torch.testing.assert_close(feats["final"], own.hidden_states[L], rtol=0, atol=1e-6)
+    torch.testing.assert_close(logits, own.logits, rtol=0, atol=1e-5)
+
+
+def test_a_target_whose_logits_draftsmith_cannot_reproduce_is_refused(tokenizer, monkeypatch):
+    """Simulate an architecture whose post-head transform draftsmith does not know (as Granite's scaling was)."""
+    from draftsmith.models.target import TargetHead
+
+    monkeypatch.setattr(TargetHead, "forward", lambda self, hidden: self.lm_head(hidden))
+    with pytest.raises(ValueError, match="does not reproduce"):
+        FrozenTarget(build_tiny_target("granite", tokenizer), tokenizer, "granite")
+    FrozenTarget(build_tiny_target("llama", tokenizer), tokenizer, "llama")  # nothing to reproduce: accepted
+
+
+def _prompt(tokenizer) -> list[int]:
+    return tokenizer("def area(width, height):\n    return width * height\n" * 2)["input_ids"]
+
+
+def _untrained(kind: str, target: FrozenTarget):
+    torch.manual_seed(0)
+    if kind == "ngram":
+        return NgramDrafter()
+    if kind == "self":
+        return LMDrafter(target.model, name="self")
+    if kind == "eagle3":
+        draft = Eagle3Draft(
+            EagleConfig(version=3, feature_layers=[1, 2, 3]), target.model.config, target.vocab_size
+        )
+        draft.attach_target(target.embed_tokens, target.head)
+        return EagleDrafter(draft)
+    mtp = MTPDraft(MTPConfig(num_modules=2), target.model.config, target.vocab_size)
+    mtp.attach_target(target.embed_tokens, target.head)
+    return MTPDrafter(mtp)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_t0_decoding_is_lossless_with_rollback_on_every_architecture(arch, targets, tokenizer):
+    """Rejected drafts are rolled back in every kind of cache: sliding-window and chunked layers (the prompt
+    is longer than their 8-token windows), linear-attention state (snapshot and replay), MoE and MLA."""
+    target = targets(arch)
+    prompt = _prompt(tokenizer)
+    greedy = Sampling(temperature=0.0)
+    expected = plain_decode(target, prompt, 16, greedy, stop_ids=set()).tokens
+    trees = ["chain"] if arch in LINEAR else ["chain", "topk:2"]
+    # self: every draft accepted; ngram: partly; an untrained EAGLE-3: rejected, so every step rolls back.
+    # MTP modules are the family's own layers on DeepSeek-V3 / Qwen3-Next / Qwen3.5 (Llama-style elsewhere).
+    kinds = ["self", "ngram", "eagle3"] + (["mtp"] if arch in ("llama", "deepseek_v3", *LINEAR) else [])
+    for kind in kinds:
+        for tree in trees:
+            decoder = SpeculativeDecoder(target, _untrained(kind, target), parse_tree(tree, 2), greedy)
+            decoder.stop_ids = set()
+            out = decoder.generate(prompt, 16)
+            assert out.tokens == expected, (kind, tree)
+            if kind == "self":
+                assert all(s.accepted == s.depth for s in out.steps[:-1]), (kind, tree)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_target_drafting_for_itself_is_always_accepted_at_t1(arch, targets, tokenizer):
+    """At T=1 the target's own samples are accepted with probability 1 (min(1, p/q) = 1): only if the verifier's
+    p is exactly the drafter's q, i.e. the model's own distribution (Granite accepted 4% before)."""
+    target = targets(arch)
+    decoder = SpeculativeDecoder(target, LMDrafter(target.model, name="self"), parse_tree("chain", 3),
+                                 Sampling(temperature=1.0))  # fmt: skip
+    decoder.stop_ids = set()
+    out = decoder.generate(_prompt(tokenizer), 20, torch.Generator().manual_seed(0))
+    full = [s for s in out.steps if s.depth == 3]
+    assert full and all(s.accepted == 3 for s in full)
+
+
+def test_trees_are_refused_on_linear_attention_targets(targets):
+    with pytest.raises(ValueError, match="linear-attention layers"):
+        SpeculativeDecoder(
+            targets("qwen3_next"), NgramDrafter(), parse_tree("topk:2", 2), Sampling(temperature=0.0)
+        )
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "mixtral", "deepseek_v3", "phi3"])
+def test_draft_layers_are_the_engines_llama_layer_whatever_the_target(arch, targets):
+    """No qkv bias, q/k norm, fused projection, MLA or expert tensor reaches an EAGLE or generic MTP draft, and
+    every weight is finite (an MoE layer built outside its model used to leave experts uninitialised)."""
+    target = targets(arch)
+    eagle3 = _untrained("eagle3", target).draft
+    names = set(eagle3.layer.state_dict())
+    assert {n.rsplit(".", 1)[0] for n in names if not n.startswith("rotary_emb")} == {
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "post_attention_layernorm",
+    }  # fmt: skip
+    for draft in (eagle3, _untrained("mtp", target).draft):
+        assert all(torch.isfinite(p).all() for p in draft.parameters())
+
+
+def _cells() -> list:
+    """One cell per architecture in the default run (kinds rotate so each is covered several times) plus every
+    kind on Llama; the rest of the matrix is `slow`."""
+    kinds = list(arch_matrix.KINDS)
+    out = []
+    for i, arch in enumerate(ARCHS):
+        for j, kind in enumerate(kinds):
+            fast = arch == "llama" or j == i % len(kinds)
+            out.append(pytest.param(arch, kind, marks=() if fast else pytest.mark.slow, id=f"{arch}-{kind}"))
+    return out
+
+
+@pytest.mark.parametrize(("arch", "kind"), _cells())
+def test_matrix_cell_trains_decodes_losslessly_and_exports(arch, kind, tmp_path_factory):
+    root = tmp_path_factory.getbasetemp() / "arch-matrix"
+    result = arch_matrix.run_cell(arch, kind, root)
+    assert result.green, result
+    if result.train.startswith("refused"):
+        assert "serving engine" in result.train and "vLLM" in result.train  # one line naming the engines
+
+
+def test_an_unserved_pair_is_refused_before_the_first_step(tmp_path_factory):
+    root = tmp_path_factory.getbasetemp() / "arch-matrix"
+    target = arch_matrix.target_dir("llama", root)
+    with pytest.raises(
+        ValueError, match=r"no serving engine loads mtp drafters for a llama target.*allow_unserved"
+    ):
+        arch_matrix._train("mtp", target, root / "refused")
+    assert not (root / "refused" / "final").exists()
+
+
+def test_a_non_finite_loss_stops_training_with_one_line_and_no_final(tmp_path_factory, monkeypatch):
+    """A NaN at step 2 stops the run at step 2, naming the terms and the cause; final/ is never written."""
+    root = tmp_path_factory.getbasetemp() / "arch-matrix"
+    target = arch_matrix.target_dir("llama", root)
+    calls = {"n": 0}
+    original = FrozenTarget.batch_features
+
+    def poisoned(self, batch, layer_ids, return_logits=False):
+        feats, logits = original(self, batch, layer_ids, return_logits)
+        calls["n"] += (
+            torch.is_grad_enabled()
+        )  # training micro-batches only (held-out evaluation runs no_grad)
+        if torch.is_grad_enabled() and calls["n"] == 2:
+            feats = {k: v * math.nan for k, v in feats.items()}
+        return feats, logits
+
+    monkeypatch.setattr(FrozenTarget, "batch_features", poisoned)
+    from draftsmith.train.core.loop import NonFiniteLoss
+
+    with pytest.raises(
+        NonFiniteLoss, match=r"training stopped at step 2: loss term\(s\) depth1, depth2 not finite"
+    ):
+        arch_matrix._train("medusa", target, root / "nan")
+    assert not (root / "nan" / "final").exists()
+
+
+REAL_TARGET_RECIPES = {  # recipe -> the architecture it targets, built tiny (8 layers, so the default taps exist)
+    "eagle/eagle3_llama3_8b.yaml": "llama3_rope",
+    "eagle/eagle3_qwen3_8b.yaml": "qwen3",
+    "eagle/eagle3_qwen3_30b_a3b.yaml": "qwen3_moe",
+    "eagle/eagle3_gpt_oss_20b.yaml": "gpt_oss",
+    "eagle/eagle3_gemma3_1b.yaml": "gemma3",
+    "medusa/qwen3_8b.yaml": "qwen3",
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(REAL_TARGET_RECIPES))
+def test_real_target_recipe_runs_on_its_architecture_at_tiny_size(recipe, tokenizer, tmp_path):
+    """The recipe's own settings (EAGLE-3: taps by default, draft vocabulary, TTT steps, head init; Medusa: the
+    heads) on the same architecture at tiny size: finite losses and exports every serving engine validates."""
+    import importlib
+
+    from draftsmith.recipes import __file__ as recipes_init
+    from draftsmith.scripts.export import main as export_main
+    from draftsmith.train.core.metrics import read_metrics
+
+    path = tmp_path / "target"
+    build_tiny_target(REAL_TARGET_RECIPES[recipe], tokenizer, layers=8).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    method = recipe.split("/")[0]
+    main = importlib.import_module(f"draftsmith.train.{method}").main
+    out = tmp_path / "run"
+    code = main([
+        "--config", str(__import__("pathlib").Path(recipes_init).parent / recipe), f"target.path={path}",
+        f"output_dir={out}", "target.dtype=float32", "train.mixed_precision=no", "log.wandb=false",
+        "data.train=[stdlib:train]", "data.eval=[stdlib:heldout]", "data.max_samples=6", "data.eval_max_samples=2",
+        "data.max_len=64", "train.max_steps=2", "checkpoint.every=0", "eval.every=0", "log.every=1",
+        "train.micro_batch_size=2", "train.grad_accum=1",
+    ])  # fmt: skip
+    assert code == 0
+    losses = [v for r in read_metrics(out / "metrics.jsonl") for k, v in r.items() if k.endswith("/loss")]
+    assert losses and all(math.isfinite(v) for v in losses)
+    for engine in ("vllm", "sglang") if method == "eagle" else ("vllm", "tgi"):
+        assert export_main([str(out / "final"), "--to", engine, "--out", str(tmp_path / engine)]) == 0

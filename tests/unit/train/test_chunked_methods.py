@@ -1,0 +1,226 @@
+"""Every method's chunked loss (logits and soft labels computed a few positions at a time, recomputed in
+backward) against a slow oracle that computes the whole [B, T, V] logits at once, the way the training
+scripts did before: the same sums, metrics and gradients, and no vocabulary-sized activation kept for backward."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import make_tiny_llama
+
+from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm
+from draftsmith.models.eagle import Eagle1Draft, EagleConfig
+from draftsmith.models.eagle3 import build_vocab_map, shift_left
+from draftsmith.models.losses import divergence
+from draftsmith.models.medusa import MedusaConfig, MedusaHeads
+from draftsmith.models.mtp import MTPConfig, MTPDraft, shift_tokens
+from draftsmith.models.target import FrozenTarget
+from draftsmith.train.distill import DistillConfig, DistillMethod
+from draftsmith.train.eagle import EagleMethod, _Eagle3Train, step_masks
+from draftsmith.train.medusa import MedusaMethod
+from draftsmith.train.mtp import MTPMethod, depth_masks
+
+CHUNK = 4  # tokens: 2 positions of the 2-row batch, so T = 11 takes 6 chunks, the last one short
+T = 11
+
+
+@pytest.fixture(scope="module")
+def small_target() -> FrozenTarget:
+    """A random target with 13 tokens (no other dimension here is 13), so that random drafters agree with the
+    data and the target often enough for the top-1 / agreement counts to check the alignment too."""
+    tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=1)  # only distillation's stop ids read it
+    return FrozenTarget(make_tiny_llama(13, layers=4, hidden=32), tokenizer, "tiny-13")
+
+
+def batch(vocab: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, vocab, (2, T), generator=g)
+    attention = torch.ones_like(ids)
+    attention[1, 9:] = 0  # right padding
+    loss_mask = torch.zeros_like(ids, dtype=torch.bool)
+    loss_mask[0, 3:] = True
+    loss_mask[1, 2:9] = True
+    return {"input_ids": ids, "attention_mask": attention, "loss_mask": loss_mask}
+
+
+def loop_loss(method: Any, sums: torch.Tensor, b: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The training loop's loss of one micro-batch: weighted term sums over their token counts."""
+    return (method.term_weights * sums.float() / method.token_counts(b).clamp(min=1)).sum()
+
+
+def trainable(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def assert_rel_close(got: torch.Tensor, want: torch.Tensor, rel: float = 1e-6) -> None:
+    scale = float(want.detach().abs().max())
+    assert float((got.detach() - want.detach()).abs().max()) <= rel * max(scale, 1e-30), (got, want)
+
+
+def check(
+    method: Any, b: dict[str, torch.Tensor], oracle: Callable[[], tuple[torch.Tensor, dict]], vocab: set[int]
+) -> None:
+    """The chunked loss terms, metrics and gradients equal the oracle's; no activation with a vocabulary-sized
+    dimension is saved for backward outside the recomputed chunks (weights, e.g. a transposed LM head, are
+    saved as views of the parameters and cost nothing)."""
+    params = trainable(method.model)
+    weights = {p.untyped_storage().data_ptr() for p in method.model.parameters()}
+    saved: list[tuple[int, ...]] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in weights:
+            saved.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        sums, metrics = method.loss_terms(method.model, b)
+    assert not [s for s in saved if set(s) & vocab], saved
+    grads = torch.autograd.grad(loop_loss(method, sums, b), params, allow_unused=True)
+    want_sums, want_metrics = oracle()
+    want_grads = torch.autograd.grad(loop_loss(method, want_sums, b), params, allow_unused=True)
+    assert_rel_close(sums, want_sums)
+    assert metrics.keys() == want_metrics.keys()
+    for name, value in metrics.items():
+        assert_rel_close(value, want_metrics[name])
+        assert float(value.sum()) > 0, name  # an all-zero count would check nothing
+    assert sum(g is not None for g in grads) == len(params)  # every parameter is trained
+    for got, want in zip(grads, want_grads, strict=True):
+        assert_rel_close(got, want)
+
+
+def test_medusa(small_target):
+    target = small_target
+    torch.manual_seed(0)
+    heads = MedusaHeads(MedusaConfig(num_heads=3), target.hidden_size, target.vocab_size)
+    heads.init_from_lm_head(target.lm_head.weight)
+    with torch.no_grad():  # non-trivial ResBlocks (they start as the identity)
+        for p in heads.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    method = MedusaMethod(target, heads, loss_chunk=CHUNK)
+    b = batch(target.vocab_size)
+
+    def oracle() -> tuple[torch.Tensor, dict]:
+        final = target.forward(b["input_ids"], b["attention_mask"])[0]["final"]
+        logits = heads(final)  # [K, B, T, V]
+        sums, top1, top5 = [], [], []
+        for k in range(3):
+            shift = k + 2
+            lg, tgt, m = logits[k, :, : T - shift], b["input_ids"][:, shift:], b["loss_mask"][:, shift:]
+            sums.append((F.cross_entropy(lg.transpose(1, 2), tgt, reduction="none") * m).sum())
+            hit = lg.topk(5, -1).indices == tgt[..., None]
+            top1.append((hit[..., 0] & m).sum().float())
+            top5.append((hit.any(-1) & m).sum().float())
+        return torch.stack(sums), {"top1": torch.stack(top1), "top5": torch.stack(top5)}
+
+    check(method, b, oracle, {target.vocab_size})
+
+
+def test_eagle1(small_target):
+    target = small_target
+    torch.manual_seed(0)
+    draft = Eagle1Draft(EagleConfig(version=1, noise="none"), target.model.config, target.vocab_size)
+    draft.attach_target(target.embed_tokens, target.head)
+    method = EagleMethod(target, draft, loss_chunk=CHUNK)
+    b = batch(target.vocab_size)
+
+    def oracle() -> tuple[torch.Tensor, dict]:
+        f = target.forward(b["input_ids"], b["attention_mask"])[0]["final"]
+        predicted = draft(f, shift_left(b["input_ids"]))
+        q, z = draft.logits(predicted)[:, :-1], target.head(f)[:, 1:]
+        m = step_masks(b, 1)[0][:, :-1].float()
+        reg = F.smooth_l1_loss(predicted[:, :-1], f[:, 1:], reduction="none").mean(-1)
+        cls = -(torch.softmax(z, -1) * torch.log_softmax(q, -1)).sum(-1)
+        top1 = ((q.argmax(-1) == z.argmax(-1)).float() * m).sum()
+        return torch.stack([(reg * m).sum(), (cls * m).sum()]), {"top1": torch.stack([top1, top1])}
+
+    check(method, b, oracle, {target.vocab_size})
+
+
+def test_eagle3_with_a_reduced_draft_vocabulary(small_target):
+    target = small_target
+    torch.manual_seed(0)
+    vd, steps = 5, 3
+    draft = _Eagle3Train(
+        EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps), target.model.config, vd
+    )
+    b = batch(target.vocab_size)
+    # The draft vocabulary: the target's most frequent greedy tokens on this batch, so that some soft labels
+    # are kept and others (argmax outside the vocabulary) dropped; the head starts as the target's rows.
+    greedy = target.forward(b["input_ids"], b["attention_mask"], return_logits=True)[1].argmax(-1)
+    draft.set_vocab_map(*build_vocab_map(torch.bincount(greedy.flatten(), minlength=target.vocab_size), vd))
+    draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
+    draft.attach_target(target.embed_tokens, target.head)
+    method = EagleMethod(target, draft, loss_chunk=CHUNK)
+
+    def oracle() -> tuple[torch.Tensor, dict]:
+        feats, logits = target.forward(b["input_ids"], b["attention_mask"], (1, 2, 3), return_logits=True)
+        step_logits = draft.unroll(torch.cat([feats[i] for i in (1, 2, 3)], -1), b["input_ids"])
+        z = shift_left(logits)
+        sums, hits = [], []
+        for s, m in enumerate(step_masks(b, steps)):
+            pm = m.float() * draft.t2d[z.argmax(-1)].float()
+            p = torch.softmax(z[..., draft.t2d], -1)
+            sums.append((-(p * torch.log_softmax(step_logits[s], -1)).sum(-1) * pm).sum())
+            hits.append(((step_logits[s].argmax(-1) == p.argmax(-1)).float() * pm).sum())
+            z = shift_left(z)
+        return torch.stack(sums), {"top1": torch.stack(hits)}
+
+    check(method, b, oracle, {target.vocab_size, vd})
+
+
+def test_mtp(small_target):
+    target = small_target
+    torch.manual_seed(0)
+    draft = MTPDraft(MTPConfig(num_modules=2), target.model.config, target.vocab_size)
+    draft.attach_target(target.embed_tokens, target.head)
+    method = MTPMethod(target, draft, loss_chunk=CHUNK)
+    b = batch(target.vocab_size)
+    ids = b["input_ids"]
+
+    def oracle() -> tuple[torch.Tensor, dict]:
+        L = target.num_layers
+        feats, logits = target.forward(ids, b["attention_mask"], (L,), return_logits=True)
+        sums, top1, agree = [], [], []
+        for k, (lg, m) in enumerate(zip(draft(feats[L], ids), depth_masks(b, 2), strict=True), start=1):
+            labels, picked = shift_tokens(ids, k + 1)[m], lg[m]
+            sums.append(F.cross_entropy(picked, labels, reduction="sum"))
+            top1.append((picked.argmax(-1) == labels).sum().float())
+            agree.append((picked.argmax(-1) == shift_tokens(logits.argmax(-1), k)[m]).sum().float())
+        return torch.stack(sums), {"top1": torch.stack(top1), "agree": torch.stack(agree)}
+
+    check(method, b, oracle, {target.vocab_size})
+
+
+@pytest.mark.parametrize("kind", ["fkl", "ce"])
+def test_distill(small_target, kind):
+    # In float64: a KL of nearly equal distributions is a small difference of large terms, so float32 logits
+    # that differ in the last bit (one matmul over all positions vs one per chunk) move it by ~1e-5. The
+    # divergence itself still runs in float32 on both sides.
+    base = small_target
+    target = FrozenTarget(copy.deepcopy(base.model).double(), base.tokenizer, base.name_or_path)
+    torch.manual_seed(0)
+    draft = build_draft_lm(DraftLMConfig(init="scratch", num_layers=1), target)
+    cfg = DistillConfig(divergence=kind, temperature=1.5, vocab_chunk=64)
+    method = DistillMethod(target, draft, cfg, seed=0, pad_id=0, loss_chunk=CHUNK)
+    b = batch(target.vocab_size)
+
+    def oracle() -> tuple[torch.Tensor, dict]:
+        """The whole [B, T, V] logits of both models, then the divergence on the answer positions."""
+        m = shift_left(b["loss_mask"]).bool()
+        q = draft(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits[m]
+        p = target.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits[m].detach()
+        div, accept = divergence(p, q, "tvd" if kind == "ce" else kind, temperature=1.5, vocab_chunk=64)
+        if kind == "ce":
+            loss = F.cross_entropy(q, shift_left(b["input_ids"])[m], reduction="sum")
+        else:
+            loss = div.sum()
+        top1 = (q.argmax(-1) == p.argmax(-1)).sum().float()
+        return loss.reshape(1), {"accept": accept.sum().reshape(1), "top1": top1.reshape(1)}
+
+    check(method, b, oracle, {target.vocab_size})
