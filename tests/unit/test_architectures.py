@@ -76,6 +76,19 @@ def test_a_target_whose_logits_draftsmith_cannot_reproduce_is_refused(tokenizer,
     FrozenTarget(build_tiny_target("llama", tokenizer), tokenizer, "llama")  # nothing to reproduce: accepted
 
 
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3", "granite"])
+def test_drafters_embed_with_the_plain_table_as_served(arch, targets):
+    """Gemma scales embeddings by sqrt(H) (Gemma-3 inside its embedding module), Granite by a multiplier; the
+    engines' drafts look tokens up in the plain table, so drafters must train on exactly that (ModelOpt's
+    Gemma report: trained with the scale, served without, tau 1.004)."""
+    target = targets(arch)
+    ids = torch.tensor([[5, 9, 11]])
+    weight = target.model.get_input_embeddings().weight
+    torch.testing.assert_close(target.embed_tokens(ids), weight[ids], rtol=0, atol=0)
+    scaled = target.model(ids, output_hidden_states=True).hidden_states[0]
+    assert not torch.allclose(scaled, weight[ids])  # the decoder itself does scale
+
+
 def _prompt(tokenizer) -> list[int]:
     return tokenizer("def area(width, height):\n    return width * height\n" * 2)["input_ids"]
 
