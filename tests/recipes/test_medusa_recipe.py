@@ -15,8 +15,6 @@ from safetensors.torch import load_file
 
 from draftsmith.train.core.metrics import read_metrics
 
-pytestmark = pytest.mark.slow
-
 
 def initial_accuracy(target_dir):
     """Held-out top-1 of freshly initialised heads (lm_head copies), computed in-process as the baseline."""
