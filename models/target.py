@@ -312,7 +312,9 @@ class PlainEmbedding(nn.Module):
         return weight
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.embedding(ids, self.weight)
+        if getattr(self.table, "embed_scale", None) is None:
+            return self.table(ids)  # through the module: ZeRO-3 gathers its sharded weight in its hooks
+        return torch.nn.functional.embedding(ids, self.weight)  # Gemma-3: the table without its scale
 
 
 def find_decoder(model: Any) -> Any:
