@@ -253,8 +253,8 @@ def test_real_target_recipe_runs_on_its_architecture_at_tiny_size(recipe, tokeni
     code = main([
         "--config", str(__import__("pathlib").Path(recipes_init).parent / recipe), f"target.path={path}",
         f"output_dir={out}", "target.dtype=float32", "train.mixed_precision=no", "log.wandb=false",
-        "data.train=[stdlib:train]", "data.eval=[stdlib:heldout]", "data.max_samples=6", "data.eval_max_samples=2",
-        "data.max_len=64", "train.max_steps=2", "checkpoint.every=0", "eval.every=0", "log.every=1",
+        "data.train=[stdlib:train]", "data.eval=[stdlib:heldout]", "data.max_samples=16", "data.eval_max_samples=2",
+        "data.max_len=256", "train.max_steps=2", "checkpoint.every=0", "eval.every=0", "log.every=1",
         "train.micro_batch_size=2", "train.grad_accum=1",
     ])  # fmt: skip
     assert code == 0
