@@ -10,6 +10,7 @@ and the axolotl Medusa-2 recipe. The heads do not see previously drafted tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -115,8 +116,10 @@ class MedusaHeads(nn.Module):
 
     def trunk(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
         """Head `k`'s (0-based) ResBlocks: `[..., H] -> [..., H]`, what its vocabulary projection reads."""
-        return self.heads[k][:-1](hidden)
+        head: Any = self.heads[k]  # an nn.Sequential: ResBlocks then the Linear
+        return head[:-1](hidden)
 
     def project(self, trunk: torch.Tensor, k: int) -> torch.Tensor:
         """Head `k`'s (0-based) vocabulary projection of its `trunk` output: `[..., H] -> [..., V]`."""
-        return self.heads[k][-1](trunk)
+        head: Any = self.heads[k]
+        return head[-1](trunk)
