@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .ttt_attention import ATTENTION_NAME
+
 
 def _text_config(config: Any) -> Any:
     return config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -99,6 +101,8 @@ class DraftLayer(nn.Module):
         )
 
         self.config = llama_draft_config(target_config)
+        # SDPA for every explicit mask, and EAGLE-3's TTT pattern without a materialised mask.
+        self.config._attn_implementation = ATTENTION_NAME
         H = int(self.config.hidden_size)
         self.self_attn = LlamaAttention(self.config, layer_idx=0)
         self.mlp = LlamaMLP(self.config)

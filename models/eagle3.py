@@ -15,7 +15,8 @@ Reduced vocabulary: the `draft_vocab_size` most frequent assistant tokens of the
 Training-time test (section 5.2): S steps unrolled; at step s column t holds the draft state standing for
 position t+s+1, RoPE position t+s, and attends to step-0 keys at columns <= t plus, for every later step,
 ONLY its own column: exactly the mask of a chain of drafts at inference. The keys of all steps go through a
-transformers cache, so the target's own attention runs the pattern with an ordinary 4D mask.
+transformers cache; the draft layer's attention runs the pattern without a mask tensor (`ttt_attention`),
+and `ttt_mask` is the same pattern as a tensor (the tests' oracle).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from transformers import DynamicCache
 
 from .eagle import DraftLayer, EagleConfig, _EagleBase
 from .registry import register_drafter
+from .ttt_attention import TTT_PATTERN
 
 
 def default_feature_layers(num_layers: int) -> list[int]:
@@ -171,7 +173,7 @@ class Eagle3Draft(_EagleBase):
         positions = torch.arange(T, device=hidden.device)[None]
         out = []
         for s in range(self.config.ttt_steps):
-            hidden = self.step(hidden, ids, positions + s, ttt_mask(T, s, hidden.device), cache)
+            hidden = self.step(hidden, ids, positions + s, TTT_PATTERN, cache)
             out.append(hidden)
             ids = shift_left(ids)
         return out

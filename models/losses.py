@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-# Tokens (micro-batch rows x positions) whose vocabulary-sized logits exist at once in a chunked loss.
-LOSS_CHUNK_TOKENS = 1024
+# Tokens (micro-batch rows x positions) whose vocabulary-sized logits exist at once in a chunked loss: one
+# float32 chunk of V = 128k logits is 128 MiB. Larger chunks were no faster on CPU (docs/BENCHMARKS.md).
+LOSS_CHUNK_TOKENS = 256
 
 ChunkResult = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
 
@@ -330,7 +331,10 @@ def _divergence_chunk(
     else:
         raise ValueError(f"unknown divergence {kind!r}: use one of {', '.join(DIVERGENCES)}")
     # Terms with p = 0 (or q = 0) are 0 * finite here: log-softmax never returns -inf for finite logits.
-    return div.sum(-1), torch.minimum(p, q).detach().sum(-1)
+    # Under no_grad, not `.detach()`: a recorded op would keep its (recomputed) p and q until backward ends.
+    with torch.no_grad():
+        accept = torch.minimum(p, q).sum(-1)
+    return div.sum(-1), accept
 
 
 def divergence(

@@ -17,6 +17,13 @@ step touched at its peak (tensors, allocator slack, thread buffers), nothing bui
 clear_refs cannot be written, the peak is getrusage's ru_maxrss (which then includes building) minus the
 RSS after building, and the row says so.
 
+Allocator: the workers run with MALLOC_MMAP_THRESHOLD_=1048576 (--mmap-threshold) unless told 0. glibc's
+default threshold rises to 32 MiB after the first large free, so tensors below it come from heap arenas that
+glibc keeps (and fragments) after they are freed: the RSS then grows with the number of chunk-sized buffers a
+step ever allocated, not with what it holds. With the fixed threshold every tensor from 1 MiB up is its own
+mapping, returned to the system when freed, and the peak RSS follows the live tensors. The setting slows
+steps (every large allocation is a fresh mapping); time steps with --mmap-threshold 0.
+
 The increment per training token is the slope between two sequence lengths: (peak(T2) - peak(T1)) /
 (T2 - T1) bytes, also given in float32 vocabulary rows (4 V bytes). A configuration whose estimated peak
 exceeds --max-gb is skipped and reported as "skipped (est. N GB)". The estimate extrapolates the last
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -40,6 +48,7 @@ from typing import Any
 HIDDEN, LAYERS, INTERMEDIATE, HEADS = 256, 2, 1024, 4
 DRAFT_VOCAB, TTT_STEPS, MEDUSA_HEADS, MTP_MODULES, DISTILL_LAYERS = 32_000, 7, 3, 2, 1
 WARMUP_T = 64
+MMAP_THRESHOLD = 1 << 20  # bytes: every allocation from 1 MiB up is its own mapping, unmapped when freed
 PRIOR_ROWS_PER_TOKEN = 10.0  # only for the skip estimate before anything is measured
 METHODS = ("eagle3", "medusa", "mtp", "distill")
 
@@ -123,13 +132,15 @@ def train_step(method: Any, batch: dict[str, Any]) -> None:
     loss.backward()
 
 
-def worker(name: str, vocab: int, seq: int) -> dict[str, Any]:
+def worker(name: str, vocab: int, seq: int, loss_chunk: int) -> dict[str, Any]:
     """One configuration, measured in this (fresh) process."""
     import torch
 
     torch.set_num_threads(2)
     target = build_target(vocab, seq + 64)
     method = build_method(name, target, seq)
+    if loss_chunk and hasattr(method, "loss_chunk"):
+        method.loss_chunk = loss_chunk
     method.model.train()
     built_kb = _status_kb("VmRSS")
     train_step(method, make_batch(vocab, WARMUP_T, seed=2))
@@ -143,9 +154,12 @@ def worker(name: str, vocab: int, seq: int) -> dict[str, Any]:
     step_s = time.perf_counter() - start
     peak_kb = _status_kb("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
-        "method": name, "vocab": vocab, "seq": seq, "step_s": step_s,
+        "method": name, "vocab": vocab, "seq": seq, "loss_chunk": getattr(method, "loss_chunk", None),
+        "step_s": step_s,
         "base_bytes": base_kb * 1024, "peak_bytes": peak_kb * 1024, "step_peak_bytes": (peak_kb - base_kb) * 1024,
         "measure": "VmHWM after clear_refs reset - VmRSS" if reset else "ru_maxrss - VmRSS after build",
+        "malloc": f"MALLOC_MMAP_THRESHOLD_={os.environ['MALLOC_MMAP_THRESHOLD_']}"
+        if "MALLOC_MMAP_THRESHOLD_" in os.environ else "glibc default",
     }  # fmt: skip
 
 
@@ -173,9 +187,12 @@ def estimate(name: str, vocab: int, seq: int, measured: dict[int, int]) -> float
     return params + max(through_origin, measured[last] + slope * (seq - last))
 
 
-def run_config(name: str, vocab: int, seq: int) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--worker", name, str(vocab), str(seq)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+def run_config(name: str, vocab: int, seq: int, loss_chunk: int, mmap_threshold: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", name, str(vocab), str(seq), "--loss-chunk", str(loss_chunk)]
+    env = dict(os.environ)
+    if mmap_threshold:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         return {"method": name, "vocab": vocab, "seq": seq, "error": proc.stderr.strip().splitlines()[-1:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -189,6 +206,8 @@ def slopes(rows: list[dict[str, Any]]) -> list[tuple[int, int, float]]:
 
 def report(rows: list[dict[str, Any]]) -> str:
     """Markdown: peak and step time per configuration, then the increment per token per pair of lengths."""
+    order = {name: i for i, name in enumerate(METHODS)}
+    rows = sorted(rows, key=lambda r: (order.get(r["method"], len(order)), r["vocab"], r["seq"]))
     out = ["| method | V | T | step peak | step time |", "|---|---|---|---|---|"]
     for r in rows:
         if "step_peak_bytes" in r:
@@ -208,7 +227,9 @@ def report(rows: list[dict[str, Any]]) -> str:
             out.append(
                 f"| {name} | {vocab:,} | {t1} -> {t2} | {per_token / 1e6:.3f} MB | {per_token / (4 * vocab):.2f} |"
             )
-    measures = sorted({r["measure"] for r in rows if "measure" in r})
+    measures = sorted(
+        {f"{r['measure']} ({r.get('malloc', 'glibc default')})" for r in rows if "measure" in r}
+    )
     out.append(f"\nPeak memory measured as: {'; '.join(measures) or 'n/a'} (one fresh process per row).")
     return "\n".join(out)
 
@@ -223,10 +244,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-gb", type=float, default=8.0, help="skip configurations estimated above this (GB)")
     p.add_argument("--out", type=Path, help="append every row (JSON lines) to this file")
     p.add_argument("--report", type=Path, help="only print the tables of the rows in this file")
+    p.add_argument(
+        "--mmap-threshold",
+        type=int,
+        default=MMAP_THRESHOLD,
+        help=f"MALLOC_MMAP_THRESHOLD_ of the workers (default {MMAP_THRESHOLD}); 0: glibc's dynamic default",
+    )
+    p.add_argument(
+        "--loss-chunk",
+        type=int,
+        default=0,
+        help="tokens per loss chunk (the methods' `loss_chunk`); 0: their default (code without chunking ignores it)",
+    )
     p.add_argument("--worker", nargs=3, metavar=("METHOD", "V", "T"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker[0], int(args.worker[1]), int(args.worker[2]))), flush=True)
+        print(
+            json.dumps(worker(args.worker[0], int(args.worker[1]), int(args.worker[2]), args.loss_chunk)),
+            flush=True,
+        )
         return 0
     if args.report:
         print(report([json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]))
@@ -245,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                         "skipped_est_bytes": est,
                     }
                 else:
-                    row = run_config(name, vocab, seq)
+                    row = run_config(name, vocab, seq, args.loss_chunk, args.mmap_threshold)
                     if "step_peak_bytes" in row:
                         measured[seq] = row["step_peak_bytes"]
                 print(json.dumps(row), flush=True)

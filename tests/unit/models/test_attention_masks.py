@@ -1,5 +1,6 @@
-"""Draft attention masks are boolean (True = attend) and reach transformers' SDPA attention as such; the
-eager attention, which would add a boolean mask to the scores instead of masking them, is never used."""
+"""Draft attention masks are boolean (True = attend) and reach transformers' SDPA attention as such, or are
+implicit (EAGLE-3's TTT pattern); the eager attention, which would add a boolean mask to the scores instead of
+masking them, is never used."""
 
 from __future__ import annotations
 
@@ -51,15 +52,29 @@ def test_masks_are_boolean_with_the_documented_pattern():
     assert torch.equal(m[:, :3], c[:3, :3]) and torch.equal(m[:, 3:6], torch.eye(3, dtype=torch.bool))
 
 
-@torch.no_grad()
-def test_eagle3_unroll_passes_boolean_ttt_masks_to_sdpa(llama, sdpa_masks):
+def test_eagle3_unroll_runs_the_ttt_pattern_without_a_mask_tensor(llama, sdpa_masks, monkeypatch):
+    """Every TTT step reaches SDPA with no mask tensor (a causal kernel plus the diagonal keys), and the
+    unrolled outputs and gradients equal those of the same draft fed the explicit boolean `ttt_mask`."""
     torch.manual_seed(0)
-    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=3), llama.config, V).eval()
+    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=3), llama.config, V)
     draft.attach_target(llama.get_input_embeddings(), llama.get_output_embeddings())
-    draft.unroll(torch.randn(1, T, 3 * H), torch.randint(0, V, (1, T)))
-    assert len(sdpa_masks) == 3
-    for s, mask in enumerate(sdpa_masks):
-        assert mask.dtype == torch.bool and torch.equal(mask, ttt_mask(T, s))
+    feats, ids = torch.randn(1, T, 3 * H), torch.randint(0, V, (1, T))
+    got = torch.stack(draft.unroll_hidden(feats, ids))
+    assert len(sdpa_masks) == 3 and all(m is None for m in sdpa_masks)
+    params = [p for name, p in draft.named_parameters() if not name.startswith(("lm_head_d", "norm_final"))]
+    grads = torch.autograd.grad(got.square().sum(), params)
+
+    step, calls = draft.step, iter(range(3))
+
+    def explicit(hidden, ids, positions, mask, cache):
+        return step(hidden, ids, positions, ttt_mask(ids.shape[1], next(calls)), cache)
+
+    monkeypatch.setattr(draft, "step", explicit)
+    want = torch.stack(draft.unroll_hidden(feats, ids))
+    assert [m.shape for m in sdpa_masks[3:]] == [(1, 1, T, (s + 1) * T) for s in range(3)]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads, torch.autograd.grad(want.square().sum(), params), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 @torch.no_grad()
