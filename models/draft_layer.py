@@ -7,6 +7,8 @@ activation, rope settings and max positions, and never from the target's class: 
 OLMo-2 q/k norms, Phi-3 fused projections, MLA, MoE experts or attention sinks would give tensors the engines'
 draft architectures do not have (and an MoE layer built outside its model has uninitialised experts).
 
+speculators also serves a qwen3 draft layer (q/k norms; vLLM only), built here on request (`layer="qwen3"`).
+
 `draft_layer_settings` is the one source of these values: the drafter modules are built from it and the
 exporters write and validate engine configs from it.
 """
@@ -66,12 +68,19 @@ def draft_layer_settings(target_config: Any) -> dict[str, Any]:
     }
 
 
-def llama_draft_config(target_config: Any, vocab_size: int | None = None) -> Any:
-    """A one-layer `LlamaConfig` with the draft layer settings (SDPA attention: takes 4D and boolean masks)."""
-    from transformers import LlamaConfig
+DRAFT_LAYERS = ("llama", "qwen3")
 
+
+def draft_layer_config(target_config: Any, vocab_size: int | None = None, layer: str = "llama") -> Any:
+    """A one-layer transformers config with the draft layer settings: `LlamaConfig`, or `Qwen3Config` for
+    speculators' qwen3 draft layer (the Llama layer plus a per-head RMSNorm on q and k), SDPA attention."""
+    from transformers import LlamaConfig, Qwen3Config
+
+    if layer not in DRAFT_LAYERS:
+        raise ValueError(f"draft layer {layer!r}: use one of {', '.join(DRAFT_LAYERS)}")
     c = _text_config(target_config)
-    config = LlamaConfig(
+    cls = Qwen3Config if layer == "qwen3" else LlamaConfig
+    config = cls(
         **draft_layer_settings(c),
         num_hidden_layers=1,
         vocab_size=int(vocab_size or c.vocab_size),
@@ -89,9 +98,11 @@ class DraftLayer(nn.Module):
     Args:
         target_config: the target's transformers config (dimensions and rope settings).
         attn_in_features: width of `u` when it is not the hidden size (EAGLE-3: 2H).
+        layer: "llama" (what every engine serves), or "qwen3": the same layer with a per-head RMSNorm on q and
+            k (`self_attn.q_norm` / `k_norm`), speculators' qwen3 draft layer, which only vLLM serves.
     """
 
-    def __init__(self, target_config: Any, attn_in_features: int | None = None):
+    def __init__(self, target_config: Any, attn_in_features: int | None = None, layer: str = "llama"):
         super().__init__()
         from transformers.models.llama.modeling_llama import (
             LlamaAttention,
@@ -99,12 +110,14 @@ class DraftLayer(nn.Module):
             LlamaRMSNorm,
             LlamaRotaryEmbedding,
         )
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention
 
-        self.config = llama_draft_config(target_config)
+        self.config = draft_layer_config(target_config, layer=layer)
         # SDPA for every explicit mask, and EAGLE-3's TTT pattern without a materialised mask.
         self.config._attn_implementation = ATTENTION_NAME
         H = int(self.config.hidden_size)
-        self.self_attn = LlamaAttention(self.config, layer_idx=0)
+        attention = Qwen3Attention if layer == "qwen3" else LlamaAttention
+        self.self_attn = attention(self.config, layer_idx=0)
         self.mlp = LlamaMLP(self.config)
         self.post_attention_layernorm = LlamaRMSNorm(H, eps=self.config.rms_norm_eps)
         self.rotary_emb = LlamaRotaryEmbedding(config=self.config)

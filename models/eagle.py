@@ -50,6 +50,13 @@ class EagleConfig:
             "final norm and LM-head rows of the draft vocabulary (trains faster at small budgets)."
         },
     )
+    layer: Literal["llama", "qwen3"] = field(
+        default="llama",
+        metadata={
+            "help": "EAGLE-3: the draft decoder layer. llama: served by vLLM and SGLang. qwen3: speculators' "
+            "qwen3 layer (q/k RMSNorm per head; steadier at high learning rates), served by vLLM only."
+        },
+    )
     fc_bias: bool = field(
         default=True, metadata={"help": "EAGLE-1: bias of fc (Vicuna configs true, Llama-3 false)."}
     )
@@ -73,6 +80,13 @@ class EagleConfig:
         if self.feature_layers is not None and len(self.feature_layers) != 3:
             raise ValueError(
                 f"draft.feature_layers needs 3 layer ids (low, mid, high), got {self.feature_layers}"
+            )
+        if self.layer not in ("llama", "qwen3"):
+            raise ValueError(f"draft.layer must be 'llama' or 'qwen3', got {self.layer!r}")
+        if self.layer != "llama" and self.version != 3:
+            raise ValueError(
+                f"draft.layer={self.layer} is an EAGLE-3 option (speculators' draft layers); EAGLE-1 engines serve "
+                "only the Llama layer: drop draft.layer or set draft.version=3"
             )
         if self.head_init not in ("random", "target"):
             raise ValueError(f"draft.head_init must be 'random' or 'target', got {self.head_init!r}")

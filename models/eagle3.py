@@ -98,7 +98,7 @@ class Eagle3Draft(_EagleBase):
         layers = config.feature_layers or default_feature_layers(int(target_config.num_hidden_layers))
         self.feature_layers = tuple(int(i) for i in layers)
         self.fc = nn.Linear(3 * H, H, bias=False)
-        self.layer = DraftLayer(target_config, attn_in_features=2 * H)
+        self.layer = DraftLayer(target_config, attn_in_features=2 * H, layer=config.layer)
         self.norm_in = self.layer.norm()
         self.norm_hidden = self.layer.norm()
         self.norm_final = self.layer.norm()

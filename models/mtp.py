@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .draft_layer import llama_draft_config
+from .draft_layer import draft_layer_config
 from .eagle import DrafterOnTarget, FrozenParts, causal_mask
 from .registry import register_drafter
 
@@ -104,7 +104,7 @@ class MTPModule(nn.Module):
                 LlamaRotaryEmbedding,
             )
 
-            config = llama_draft_config(target_config)
+            config = draft_layer_config(target_config)
             self.block = LlamaDecoderLayer(config, layer_idx=0)
             self.rotary_emb = LlamaRotaryEmbedding(config=config)
             norm_cls, eps = LlamaRMSNorm, float(config.rms_norm_eps)

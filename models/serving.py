@@ -5,7 +5,8 @@ refuses the same pairs with the same line. draftsmith's own evaluator runs every
 
 - Medusa heads read only the target's last hidden state: vLLM and TGI serve them for any target.
 - EAGLE-1 and EAGLE-3 heads are a Llama-style layer (models/draft_layer.py) fed the target's features:
-  vLLM and SGLang serve them for any target whose features they capture.
+  vLLM and SGLang serve them for any target whose features they capture. An EAGLE-3 head with speculators'
+  qwen3 layer (`draft.layer=qwen3`) is served by vLLM only (its speculators loader).
 - A draft LM is an independent model: vLLM and SGLang serve it beside any target it shares a
   tokenizer with.
 - MTP modules are served only as the target family's native MTP layers: DeepSeek-V3 (nextn layers) and
@@ -31,7 +32,8 @@ _ANY_TARGET = {
 }
 
 SUMMARY = (
-    "Medusa: vLLM, TGI (any target); EAGLE-1 / EAGLE-3: vLLM, SGLang (any target); draft LM: vLLM, SGLang; "
+    "Medusa: vLLM, TGI (any target); EAGLE-1 / EAGLE-3: vLLM, SGLang (any target; EAGLE-3 with the qwen3 draft "
+    "layer: vLLM only); draft LM: vLLM, SGLang; "
     "MTP: vLLM, SGLang, only for DeepSeek-V3 (nextn) and Qwen3-Next / Qwen3.5 (mtp.*) targets"
 )
 
@@ -42,8 +44,11 @@ def model_type(target_config: Any) -> str:
     return str(getattr(text, "model_type", "") or getattr(target_config, "model_type", ""))
 
 
-def serving_engines(kind: str, target_config: Any) -> tuple[str, ...]:
-    """The engines that load a drafter of `kind` for a target of `target_config` (empty: none)."""
+def serving_engines(kind: str, target_config: Any, draft_layer: str = "llama") -> tuple[str, ...]:
+    """The engines that load a drafter of `kind` (with its `draft_layer`, EAGLE-3 only) for a target of
+    `target_config` (empty: none)."""
+    if kind == "eagle3" and draft_layer == "qwen3":
+        return ("vllm",)
     if kind == "mtp":
         return ("vllm", "sglang") if model_type(target_config) in NATIVE_MTP else ()
     if kind not in _ANY_TARGET:

@@ -31,10 +31,13 @@ KINDS: dict[str, tuple[str, str, list[str]]] = {  # kind -> (train method, recip
     "medusa2": ("medusa", "medusa/medusa2_toy.yaml", ["model.num_heads=2", "medusa2.warmup_steps=1"]),
     "eagle": ("eagle", "eagle/eagle1_toy.yaml", []),
     "eagle3": ("eagle", "eagle/eagle3_tiny.yaml", ["draft.feature_layers=[1,2,3]", "draft.ttt_steps=2"]),
+    "eagle3_qwen3": ("eagle", "eagle/eagle3_tiny.yaml",
+                     ["draft.feature_layers=[1,2,3]", "draft.ttt_steps=2", "draft.layer=qwen3"]),
     "mtp": ("mtp", "mtp/toy.yaml", ["model.num_modules=1", "train.allow_unserved=false"]),
     "draft_lm": ("distill", "distill/toy.yaml", []),
 }
-EXPORT_KIND = {"medusa2": "medusa"}  # the checkpoint kind a training kind exports as
+EXPORT_KIND = {"medusa2": "medusa", "eagle3_qwen3": "eagle3"}  # the checkpoint kind a training kind exports as
+DRAFT_LAYER = {"eagle3_qwen3": "qwen3"}  # speculators' qwen3 draft layer: vLLM serves it, SGLang does not
 COMMON = [
     "data.train=[stdlib:train]", "data.eval=[stdlib:heldout]", "data.max_samples=8", "data.eval_max_samples=2",
     "data.max_len=64", "train.max_steps=3", "train.micro_batch_size=2", "train.grad_accum=1",
@@ -122,7 +125,7 @@ def run_cell(arch: str, kind: str, root: Path) -> CellResult:
     run = root / "runs" / f"{arch}-{kind}"
     info = TargetInfo(str(target))
     export_kind = EXPORT_KIND.get(kind, kind)
-    engines = serving_engines(export_kind, info.config)
+    engines = serving_engines(export_kind, info.config, DRAFT_LAYER.get(kind, "llama"))
     try:
         if not engines:
             reason = unserved_reason(export_kind, info.config)

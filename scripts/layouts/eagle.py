@@ -8,6 +8,8 @@ EAGLE-3, draftsmith name -> official / SGLang name (`--to sglang`, `--to hf`) ->
     norm_in (on the token embedding)           midlayer.input_layernorm.weight        layers.0.input_layernorm.weight
     norm_hidden (on the hidden state)          midlayer.hidden_norm.weight            layers.0.hidden_norm.weight
     layer.post_attention_layernorm             midlayer.post_attention_layernorm      layers.0.post_attention_layernorm
+    layer.self_attn.{q,k}_norm (draft.layer:   absent: SGLang serves Llama layers     layers.0.self_attn.{q,k}_norm
+      qwen3 only)                              only, the export is refused            (transformer_layer_config qwen3)
     norm_final                                 norm.weight                            norm.weight
     lm_head_d [Vd, H]                          lm_head.weight                         lm_head.weight
     d2t [Vd] int64 offsets, t2d [V] bool       d2t, t2d                               d2t, t2d
@@ -31,7 +33,8 @@ from typing import Any
 
 import torch
 
-from draftsmith.models.draft_layer import draft_layer_settings, llama_draft_config
+from draftsmith.models.draft_layer import draft_layer_config, draft_layer_settings
+from draftsmith.models.serving import SUMMARY
 
 from .common import Export, ExportError, LayoutSpec, TargetInfo, rope_settings, to_engine_ids
 
@@ -49,10 +52,11 @@ def _prefix_map(state: dict[str, torch.Tensor], renames: dict[str, str]) -> dict
 
 
 def layer_shapes(
-    target: TargetInfo, prefix: str, attn_in: int, input_norm: bool
+    target: TargetInfo, prefix: str, attn_in: int, input_norm: bool, layer: str = "llama"
 ) -> dict[str, tuple[int, ...]]:
     """The tensors of the Llama-style draft layer engines serve (models/draft_layer.py) for `target`, with q/k/v
-    reading `attn_in` features. No biases: the engines' draft layers have none."""
+    reading `attn_in` features (plus per-head q/k norms for speculators' qwen3 layer). No biases: the engines'
+    draft layers have none."""
     c = draft_layer_settings(target.config)
     H, nh, nkv, hd, inter = (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"],
                              c["intermediate_size"])  # fmt: skip
@@ -68,7 +72,15 @@ def layer_shapes(
     }
     if input_norm:
         shapes[f"{prefix}input_layernorm.weight"] = (H,)
+    if layer == "qwen3":
+        shapes[f"{prefix}self_attn.q_norm.weight"] = (hd,)
+        shapes[f"{prefix}self_attn.k_norm.weight"] = (hd,)
     return shapes
+
+
+def draft_layer_kind(source: dict[str, Any]) -> str:
+    """The checkpoint's draft decoder layer (`draft.layer`; checkpoints before the option are Llama)."""
+    return str(source["config"]["drafter"].get("layer", "llama"))
 
 
 def _layer_config(target: TargetInfo) -> dict[str, Any]:
@@ -96,7 +108,8 @@ def _eagle3_common(
         "norm_final.": "norm.", "lm_head_d.": "lm_head.",
     })  # fmt: skip
     spec = LayoutSpec(
-        tensors={**layer_shapes(target, layer, 2 * H, input_norm=True), layer + "hidden_norm.weight": (H,),
+        tensors={**layer_shapes(target, layer, 2 * H, input_norm=True, layer=draft_layer_kind(source)),
+                 layer + "hidden_norm.weight": (H,),
                  "d2t": (vd,), "t2d": (V,), "lm_head.weight": (vd, H), "norm.weight": (H,), "fc.weight": (H, 3 * H)},
         optional={"embed_tokens.weight": (V, H)},
         draft_vocab=("d2t", "t2d", vd),
@@ -107,6 +120,12 @@ def _eagle3_common(
 
 def eagle3_sglang(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
     """EAGLE-3 -> the official / SGLang layout (`LlamaForCausalLMEagle3`, `midlayer.*`)."""
+    if draft_layer_kind(source) != "llama":
+        raise ExportError(
+            f"{engine} serves EAGLE-3 heads only with a Llama draft layer; this one was trained with "
+            f"draft.layer={draft_layer_kind(source)} ({SUMMARY}): export it with --to vllm, or retrain with "
+            "draft.layer=llama"
+        )
     canonical, ids, vd, tensors, spec = _eagle3_common(source, target, "sglang", "midlayer.")
     state, H = source["state"], target.hidden_size
     eagle_config = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True,
@@ -146,7 +165,8 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
     """EAGLE-3 -> vLLM's self-describing speculators format (`speculators_model_type: eagle3`)."""
     canonical, ids, vd, tensors, spec = _eagle3_common(source, target, "vllm", "layers.0.")
     state, cfg, H = source["state"], source["config"], target.hidden_size
-    layer = llama_draft_config(target.config, target.vocab_size).to_dict()
+    kind = draft_layer_kind(source)
+    layer = draft_layer_config(target.config, target.vocab_size, layer=kind).to_dict()
     for key in ("architectures", "transformers_version", "dtype", "torch_dtype", "auto_map"):
         layer.pop(key, None)
     steps = int(cfg["drafter"].get("ttt_steps", 3))
@@ -178,12 +198,16 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
                f"vllm serve {target.path} --speculative-config "
                "'{\"method\": \"eagle3\", \"model\": \"{dir}\", \"num_speculative_tokens\": 3}'"],
         notes=["For T > 0 add \"rejection_sample_method\": \"standard\", \"draft_sample_method\": \"gumbel\" to the "
-               "speculative config (vLLM 0.21+), or vLLM samples drafts greedily and under-reports acceptance."],
+               "speculative config (vLLM 0.21+), or vLLM samples drafts greedily and under-reports acceptance."]
+        + (["The draft layer is speculators' qwen3 layer (transformer_layer_config.model_type qwen3): it needs a "
+            "vLLM whose speculators loader builds Qwen3 EAGLE-3 layers (vllm#43132); SGLang does not serve it."]
+           if kind == "qwen3" else []),
     )  # fmt: skip
     layer_spec = {"transformer_layer_config." + k: v for k, v in _layer_config(target).items()
                   if k not in ("rope_theta", "rope_scaling")}  # fmt: skip
     spec.config = {**layer_spec_config_rope(target), **layer_spec, "speculators_model_type": "eagle3",
                    "transformer_layer_config.num_hidden_layers": 1, "draft_vocab_size": vd,
+                   "transformer_layer_config.model_type": kind,
                    "eagle_aux_hidden_state_layer_ids": canonical, "norm_before_fc": False, "fc_norm": False,
                    "norm_before_residual": False, "norm_output": False}  # fmt: skip
     return export, spec

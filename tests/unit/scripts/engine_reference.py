@@ -44,6 +44,9 @@ def attention(u: torch.Tensor, w: dict[str, torch.Tensor], p: str, cfg: dict[str
     q = (u @ w[p + "self_attn.q_proj.weight"].T).view(T, nh, hd)
     k = (u @ w[p + "self_attn.k_proj.weight"].T).view(T, nkv, hd)
     v = (u @ w[p + "self_attn.v_proj.weight"].T).view(T, nkv, hd)
+    if cfg.get("model_type") == "qwen3":  # Qwen3 attention: RMSNorm over each head's q and k, before RoPE
+        q = rms(q, w[p + "self_attn.q_norm.weight"], cfg["rms_norm_eps"])
+        k = rms(k, w[p + "self_attn.k_norm.weight"], cfg["rms_norm_eps"])
     pos = torch.arange(T)
     q, k = rope(q, pos, cfg["rope_theta"]), rope(k, pos, cfg["rope_theta"])
     k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)

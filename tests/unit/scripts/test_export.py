@@ -49,9 +49,9 @@ def _randomize(model: torch.nn.Module, seed: int) -> None:
             p.copy_(1 + noise if p.ndim == 1 and "norm" in name else noise)
 
 
-def _eagle3(target: FrozenTarget) -> Eagle3Draft:
-    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=[1, 2, 3], draft_vocab_size=VD, ttt_steps=3),
-                        target.model.config, VD)  # fmt: skip
+def _eagle3(target: FrozenTarget, layer: str = "llama") -> Eagle3Draft:
+    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=[1, 2, 3], draft_vocab_size=VD, ttt_steps=3,
+                                    layer=layer), target.model.config, VD)  # fmt: skip
     counts = torch.randint(0, 1000, (target.vocab_size,), generator=torch.Generator().manual_seed(1))
     draft.set_vocab_map(*build_vocab_map(counts, VD))
     _randomize(draft, 2)
@@ -76,7 +76,8 @@ def _mtp(target: FrozenTarget) -> MTPDraft:
     return draft
 
 
-BUILDERS = {"eagle3": _eagle3, "eagle": _eagle1, "medusa": _medusa, "mtp": _mtp}
+BUILDERS = {"eagle3": _eagle3, "eagle": _eagle1, "medusa": _medusa, "mtp": _mtp,
+            "eagle3_qwen3": lambda target: _eagle3(target, "qwen3")}
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +145,30 @@ def test_eagle3_export_computes_the_trained_logits(checkpoints, target, tmp_path
     torch.testing.assert_close(theirs[:, target_ids], ours, atol=1e-5, rtol=1e-5)
     assert torch.isinf(theirs).sum() == theirs.shape[0] * (target.vocab_size - VD)
     assert "embed_tokens.weight" not in load_file(str(out / "model.safetensors"))
+
+
+def test_eagle3_with_the_qwen3_draft_layer_exports_to_vllm_only(checkpoints, target, tmp_path):
+    """speculators' qwen3 layer: the vLLM export carries q/k norms under a qwen3 transformer_layer_config and
+    computes the trained logits (the reference applies Qwen3's per-head norms); SGLang / hf refuse it."""
+    ckpt = checkpoints["eagle3_qwen3"]
+    out, _, built = export(ckpt, "vllm", tmp_path / "vllm")
+    config = json.loads((out / "config.json").read_text())
+    assert config["transformer_layer_config"]["model_type"] == "qwen3"
+    weights = load_file(str(out / "model.safetensors"))
+    assert {"layers.0.self_attn.q_norm.weight", "layers.0.self_attn.k_norm.weight"} <= set(weights)
+    assert any("qwen3" in n for n in built.notes)
+    draft = _loaded("eagle3", ckpt, target)
+    g, ids = _inputs(target, width=3)
+    with torch.no_grad():
+        ours = draft.unroll(g, ids)[0][0]
+        theirs = ref.eagle3_step0(out, g[0], shift_left(ids)[0], target.embed_tokens.weight, "layers.0.",
+                                  "transformer_layer_config")  # fmt: skip
+    target_ids = draft.to_target_ids(torch.arange(VD))
+    torch.testing.assert_close(theirs[:, target_ids], ours, atol=1e-5, rtol=1e-5)
+    for engine in ("sglang", "hf"):
+        with pytest.raises(ExportError, match=r"Llama draft layer.*draft.layer=qwen3.*--to vllm"):
+            export(ckpt, engine, tmp_path / engine)
+        assert not (tmp_path / engine).exists()
 
 
 @pytest.mark.parametrize(
