@@ -29,6 +29,8 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
+from draftsmith.eval.kv_cache import KV_CACHES  # noqa: E402
+
 logger = logging.getLogger(__name__)
 
 GATE_EXIT_CODE = 3
@@ -53,6 +55,7 @@ class EvalArgs:
     check_lossless: bool = False
     device: str = "auto"
     dtype: str = "auto"
+    kv_cache: str = "auto"
     ngram_max: int = 3
     ngram_min: int = 1
     progress: bool = True
@@ -119,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-tau", type=float, help="deployment gate: exit with status 3 when tau < this")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument(
+        "--kv-cache",
+        default="auto",
+        choices=list(KV_CACHES),
+        help="the target's key/value cache: auto (the model's dtype) or fp8 (float8 e4m3 with a per-tensor "
+        "scale, as vLLM's --kv-cache-dtype fp8; the plain-decoding baseline uses it too)",
+    )
     p.add_argument("--ngram-max", type=int, default=3, help="longest n-gram the ngram drafter matches")
     p.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the ngram drafter matches")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -186,7 +196,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
         drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min)
     depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
     shape = parse_tree(args.tree, depth)
-    decoder = SpeculativeDecoder(target, drafter, shape, sampling, args.acceptance)
+    decoder = SpeculativeDecoder(target, drafter, shape, sampling, args.acceptance, args.kv_cache)
     max_pos = getattr(target.model.config, "max_position_embeddings", None)
     stop_ids = stop_token_ids(target)
     device = target.device
@@ -197,7 +207,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
     # Warm-up (not measured): allocator, kernels and lazy imports would otherwise bill the first prompt.
     warm = render_prompt(target.tokenizer, prompt_turns(convs[0])[0], convs[0].tools)[-64:]
     decoder.generate(warm, 8, generator(-1, 0))
-    plain_decode(target, warm, 8, sampling, generator(-1, 0), stop_ids)
+    plain_decode(target, warm, 8, sampling, generator(-1, 0), stop_ids, args.kv_cache)
 
     turns: list[TurnResult] = []
     skipped: list[str] = []
@@ -214,7 +224,9 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
                 break
             spec = decoder.generate(prompt, args.max_new_tokens, generator(index, k))
             base = (
-                plain_decode(target, prompt, args.max_new_tokens, sampling, generator(index, k), stop_ids)
+                plain_decode(
+                    target, prompt, args.max_new_tokens, sampling, generator(index, k), stop_ids, args.kv_cache
+                )
                 if args.baseline
                 else None
             )

@@ -79,6 +79,8 @@ class SpeculativeDecoder:
         shape: the draft-tree shape (depth included).
         sampling: temperature / top-p / top-k; temperature 0 is greedy.
         acceptance: "exact" (lossless) or "typical" (Medusa's lossy rule).
+        kv_cache: the target's key/value cache: "auto" (the model's dtype) or "fp8" (float8 e4m3, per-tensor
+            scale, as vLLM's `--kv-cache-dtype fp8`); `eval/kv_cache.py`.
     """
 
     def __init__(
@@ -88,9 +90,12 @@ class SpeculativeDecoder:
         shape: TreeShape,
         sampling: Sampling,
         acceptance: str = "exact",
+        kv_cache: str = "auto",
     ):
         check_depth(drafter, shape)
         config = target.model.config
+        new_cache(config, kv_cache)  # refuses a cache this target cannot use, before any decoding
+        self.kv_cache = kv_cache
         self.text_config = (
             config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
         )
@@ -132,7 +137,7 @@ class SpeculativeDecoder:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         device = self.target.device
         t_start = _timer(device)
-        cache = new_cache(self.target.model.config)
+        cache = new_cache(self.target.model.config, self.kv_cache)
         self.drafter.start()
         features, logits = self._forward(torch.tensor(prompt), cache)
         self.drafter.observe({k: v[0] for k, v in features.items()})
@@ -197,16 +202,20 @@ def plain_decode(
     sampling: Sampling,
     generator: torch.Generator | None = None,
     stop_ids: set[int] | None = None,
+    kv_cache: str = "auto",
 ) -> Generation:
     """Vanilla autoregressive decoding with a KV cache: the baseline for speedup and the T=0 oracle.
 
     One target forward per token, LM head on the last position only, no drafter and no hooks: as cheap as
     plain decoding gets in eager transformers, so the reported speedup is not flattered by a slow baseline.
+    `kv_cache="fp8"` stores keys and values as speculative decoding with the same setting does.
     """
     stop_ids = stop_token_ids(target) if stop_ids is None else stop_ids
     device = target.device
     t_start = _timer(device)
-    cache = DynamicCache(config=target.model.config)  # the model's own default cache: never rolled back
+    config = target.model.config
+    # The model's own default cache (never rolled back), or the same fp8 layers speculative decoding uses.
+    cache = DynamicCache(config=config) if kv_cache == "auto" else new_cache(config, kv_cache)
     ids = torch.tensor([prompt], device=device)
     out = Generation([])
     while True:

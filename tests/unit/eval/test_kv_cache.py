@@ -45,3 +45,48 @@ def test_contiguous_path_is_a_crop():
     model(torch.randint(0, 64, (1, 9)), past_key_values=cache, use_cache=True)
     keep_path(cache, 4, [0, 1, 2])
     assert cache.get_seq_length() == 7
+
+
+@torch.no_grad()
+def test_fp8_cache_keeps_what_feeding_only_the_path_would_have_stored():
+    """An fp8 cache (scale frozen at the prefill) after a tree forward and `keep_path` / `crop_to` holds
+    bit-for-bit the fp8 keys and values, and length, of a cache fed the prefix then only the kept tokens at
+    their positions; the next forward's logits are equal too."""
+    from draftsmith.eval.kv_cache import crop_to, new_cache, seq_length
+
+    model = make_tiny_llama(64, layers=2)
+    prefix = torch.randint(0, 64, (1, 7), generator=torch.Generator().manual_seed(3))
+    tree = DraftTree(torch.tensor([5, 11, 12, 13, 14, 15]), [-1, 0, 0, 2, 2, 4])
+    past, path = prefix.shape[1], [0, 2, 4]
+    cache = new_cache(model.config, "fp8")
+    model(prefix, past_key_values=cache, use_cache=True)
+    depth = torch.tensor(tree.depths())
+    mask = tree_attention(tree.ancestor_mask(), past, torch.float32, torch.device("cpu"))
+    model(tree.tokens[None], attention_mask=mask, position_ids=(past + depth)[None], past_key_values=cache)
+    keep_path(cache, past, path)
+
+    oracle = new_cache(model.config, "fp8")
+    model(prefix, past_key_values=oracle, use_cache=True)
+    for i, node in enumerate(path):  # one token at a time, as plain decoding feeds them
+        model(tree.tokens[node][None, None], position_ids=torch.tensor([[past + i]]), past_key_values=oracle)
+    assert seq_length(cache) == cache.get_seq_length() == past + len(path)
+    for got, want in zip(cache.layers, oracle.layers, strict=True):
+        assert got._quantized_keys[0].dtype == torch.float8_e4m3fn
+        for a, b in ((got._quantized_keys, want._quantized_keys), (got._quantized_values, want._quantized_values)):
+            assert torch.equal(a[0].view(torch.uint8), b[0].view(torch.uint8)) and torch.equal(a[1], b[1])
+    nxt = torch.tensor([[7]])
+    assert torch.equal(model(nxt, past_key_values=cache).logits, model(nxt, past_key_values=oracle).logits)
+    crop_to(cache, past + 1)
+    assert cache.get_seq_length() == past + 1 and cache.layers[0]._quantized_keys[0].shape[-2] == past + 1
+
+
+def test_fp8_cache_is_refused_for_linear_attention_targets():
+    import pytest
+    from transformers import Qwen3NextConfig
+
+    from draftsmith.eval.kv_cache import new_cache
+
+    config = Qwen3NextConfig(num_hidden_layers=4, hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
+                             intermediate_size=64, vocab_size=64)  # fmt: skip
+    with pytest.raises(ValueError, match="linear-attention layers: use --kv-cache auto"):
+        new_cache(config, "fp8")
