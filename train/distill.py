@@ -27,7 +27,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, save_draft_lm
+from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, draft_layer_indices, save_draft_lm
 from draftsmith.models.eagle3 import shift_left
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import (
@@ -282,12 +282,26 @@ def format_report(metrics: dict[str, float], term: str, start: dict[str, float] 
     return "\n".join(rows)
 
 
+def offline_target_layers(cfg: DistillRecipe) -> int:
+    """How many of the target's first layers offline distillation loads: those the draft copies
+    (`draft.init=target`), up to the full-attention layer a hybrid target's draft takes (`draft_layer_indices`)."""
+    if cfg.draft.init != "target":
+        return 0
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(
+        cfg.target.path, revision=cfg.target.revision, trust_remote_code=cfg.target.trust_remote_code
+    )
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    return max(draft_layer_indices(text, cfg.draft.num_layers)) + 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     return train_main(
         DistillRecipe, argv, "draftsmith train distill", __doc__ or "", build_method,
         lambda result, method: format_report(result.eval, method.term_names[0], result.initial_eval),
         save=save_draft_lm, cache_layers=cache_layers,
-        offline_target_layers=lambda cfg: cfg.draft.num_layers if cfg.draft.init == "target" else 0,
+        offline_target_layers=offline_target_layers,
     )  # fmt: skip
 
 

@@ -100,3 +100,27 @@ def test_a_draft_with_another_tokenizer_is_refused_before_training(tiny_random_t
     other.save_pretrained(ok)
     with pytest.raises(ValueError, match="different tokenizer"):
         build_draft_lm(DraftLMConfig(init="path", path=str(ok)), tiny_random_target)
+
+
+@pytest.mark.parametrize("arch", ["qwen3_next", "llama"])
+def test_offline_distillation_loads_every_layer_the_draft_copies(arch, tmp_path):
+    """From an offline cache only the target's first layers are loaded: for a hybrid target whose 1-layer draft
+    takes its first full-attention layer (index 3 of Qwen3-Next's tiny 4), that is 4 layers, not 1; the draft
+    built from the partial load equals the one built from the whole target."""
+    from draftsmith.models.target import FrozenTarget, TargetConfig
+    from draftsmith.scripts import arch_matrix
+    from draftsmith.train.core.config import load_config
+    from draftsmith.train.distill import RECIPE, offline_target_layers
+
+    path = arch_matrix.target_dir(arch, tmp_path)
+    cfg = load_config(RECIPE, None, [f"target.path={path}", "draft.num_layers=1", "draft.init=target"])
+    k = offline_target_layers(cfg)
+    assert k == (4 if arch == "qwen3_next" else 1)
+    partial = FrozenTarget.load(TargetConfig(path=str(path)), layers=k)
+    whole = FrozenTarget.load(TargetConfig(path=str(path)))
+    got, want = build_draft_lm(cfg.draft, partial), build_draft_lm(cfg.draft, whole)
+    assert got.state_dict().keys() == want.state_dict().keys()
+    for name, tensor in want.state_dict().items():
+        assert torch.equal(got.state_dict()[name], tensor), name
+    scratch = load_config(RECIPE, None, [f"target.path={path}", "draft.init=scratch"])
+    assert offline_target_layers(scratch) == 0
