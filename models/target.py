@@ -83,6 +83,7 @@ class FrozenTarget:
         self.num_layers: int = int(text_config.num_hidden_layers)
         self.hidden_size: int = int(text_config.hidden_size)
         self.vocab_size: int = int(self.model.get_output_embeddings().weight.shape[0])
+        check_vocabulary(tokenizer, self.vocab_size, name_or_path)
         self.decoder: Any = find_decoder(self.model)
         if not (hasattr(self.decoder, "layers") and hasattr(self.decoder, "norm")):
             raise ValueError(
@@ -261,6 +262,21 @@ class FrozenTarget:
             "tokenizer_sha256": tokenizer_fingerprint(self.tokenizer),
             "chat_template_sha256": sha256_text(template) if isinstance(template, str) else None,
         }
+
+
+def check_vocabulary(tokenizer: Any, vocab_size: int, name: str) -> None:
+    """Refuse a tokenizer with ids the model has no embedding row for (a tokenizer from another model, or
+    added tokens without `resize_token_embeddings`): they would fail deep inside a forward, or train on
+    garbage. A model with more rows than the tokenizer has ids (padding to a multiple of 64 / 128) is fine."""
+    try:
+        size = len(tokenizer)
+    except TypeError:  # a stand-in without a vocabulary (tests, benchmarks)
+        return
+    if size > vocab_size:
+        raise ValueError(
+            f"target {name!r}: its tokenizer has {size} tokens but the model's embedding only {vocab_size} rows; "
+            "use the tokenizer saved with the model (or resize the model's embeddings after adding tokens)"
+        )
 
 
 class TargetHead(nn.Module):
