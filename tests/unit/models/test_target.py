@@ -62,9 +62,9 @@ def test_load_from_local_directory(tmp_path, tiny_random_target):
 
 def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_at_load(tmp_path, tiny_random_target):
     """It used to pass until an IndexError deep in the first forward."""
-    from draftsmith.models.target import TargetConfig
-
     import copy
+
+    from draftsmith.models.target import TargetConfig
 
     tok = copy.deepcopy(tiny_random_target.tokenizer)  # the fixture is shared: never add tokens to it
     tiny_random_target.model.save_pretrained(tmp_path)
