@@ -182,6 +182,11 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
     if not convs:
         raise ValueError(f"--data {args.data}: no conversation with a user turn to use as a prompt")
     if args.num_prompts:
+        if args.num_prompts > len(convs):
+            logger.warning(
+                "--num-prompts %d: %s has only %d usable conversations; evaluating those",
+                args.num_prompts, args.data, len(convs),
+            )  # fmt: skip
         convs = convs[: args.num_prompts]
     if target is None:
         device = torch.device(

@@ -86,14 +86,31 @@ def chain_shape(depth: int) -> TreeShape:
     return TreeShape(tuple((0,) * d for d in range(1, depth + 1)), False, "chain")
 
 
+# Bounds on user numbers: engines draft at most a few dozen tokens per step; these keep a typo (--depth 100000)
+# from growing a tree until the machine runs out of memory.
+MAX_DEPTH = 64
+MAX_TREE_NODES = 1024
+
+
 def parse_tree(spec: str, depth: int) -> TreeShape:
     """Parse a `--tree` value (see the module docstring) for drafts of at most `depth` tokens.
 
     Raises:
         ValueError: an unknown spec, a bad K, or a paths file that is not a prefix-closed list of paths.
     """
-    if depth < 0:
-        raise ValueError(f"depth must be >= 0, got {depth}")
+    if not 0 <= depth <= MAX_DEPTH:
+        raise ValueError(f"--depth must be in 0..{MAX_DEPTH} (draft tokens per step), got {depth}")
+    shape = _parse(spec, depth)
+    nodes = shape.dynamic_tokens if shape.dynamic_topk else len(shape.paths)
+    if nodes > MAX_TREE_NODES or shape.dynamic_topk > MAX_TREE_NODES:
+        raise ValueError(
+            f"--tree {spec!r} at depth {depth} drafts {max(nodes, shape.dynamic_topk)} tokens per step; at most "
+            f"{MAX_TREE_NODES} are verified in one target forward (lower K, N or --depth)"
+        )
+    return shape
+
+
+def _parse(spec: str, depth: int) -> TreeShape:
     if spec == "chain":
         return chain_shape(depth)
     kind, _, arg = spec.partition(":")

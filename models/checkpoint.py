@@ -8,6 +8,7 @@ with and refuses a mismatch. Writes are atomic: a temporary sibling directory re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -19,12 +20,70 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from .errors import UserError
 from .registry import drafter_class
 from .target import FrozenTarget, check_target_identity
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+TRAINER_STATE = "trainer_state.json"  # marks a resumable training checkpoint (train/core/checkpointing.py)
+
+
+class DamagedFile(UserError):
+    """A file is unreadable, or differs from the sha256 recorded when it was written."""
+
+
+def sha256_file(path: Path, block: int = 1 << 24) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def record_hashes(directory: Path, names: list[str]) -> dict[str, str]:
+    """`{name: sha256}` of files in `directory`, for a config that later `verify_hashes` checks."""
+    return {name: sha256_file(directory / name) for name in names}
+
+
+def verify_hashes(directory: Path, recorded: dict[str, str] | None, where: str) -> None:
+    """Check every file against the sha256 recorded in `where` (a checkpoint written before hashes were
+    recorded has none: nothing to check).
+
+    Raises:
+        DamagedFile: a file is missing or differs (one flipped byte is enough).
+    """
+    for name, digest in (recorded or {}).items():
+        path = directory / name
+        if not path.is_file():
+            raise DamagedFile(f"{path} is missing (listed in {where})")
+        if sha256_file(path) != digest:
+            raise DamagedFile(
+                f"{path} does not match the sha256 recorded in {where}: the file was changed or damaged after it "
+                "was written; restore it, or export / train it again"
+            )
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file, or one line naming the file, line and column where it is not valid JSON."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise DamagedFile(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg})") from None
+
+
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file, or one line naming it when it is truncated or not safetensors at all."""
+    try:
+        return load_file(str(path))
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own error types for damaged files
+        raise DamagedFile(
+            f"{path} is not a readable safetensors file ({type(err).__name__}: {str(err)[:120]}); it is truncated "
+            "or damaged: restore it, or export / train it again"
+        ) from None
 
 
 def draftsmith_version() -> str:
@@ -93,6 +152,7 @@ def save_drafter(
     weights = model.state_dict() if state_dict is None else state_dict
     state = {k: v.detach().to("cpu").contiguous().clone() for k, v in weights.items()}
     save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "kind": config["kind"]})
+    config["weights_sha256"] = record_hashes(tmp, [WEIGHTS_NAME])
     (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     commit_dir(tmp, out)
     return out
@@ -101,12 +161,19 @@ def save_drafter(
 def read_drafter_config(ckpt_dir: str | Path) -> dict[str, Any]:
     """config.json of a draftsmith checkpoint, with a clear error if `ckpt_dir` is not one."""
     path = Path(ckpt_dir) / CONFIG_NAME
+    if (Path(ckpt_dir) / TRAINER_STATE).is_file():
+        raise UserError(
+            f"{ckpt_dir} is a training checkpoint (continue it with --resume); a drafter is the run's final/ "
+            f"directory: {Path(ckpt_dir).parent / 'final'}"
+        )
     if not path.is_file():
         raise FileNotFoundError(
             f"{ckpt_dir} is not a draftsmith drafter checkpoint: {CONFIG_NAME} is missing "
             "(point at a training run's final/ directory)"
         )
-    config = json.loads(path.read_text())
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a draftsmith drafter config (a JSON object)")
     for key in ("kind", "drafter", "target"):
         if key not in config:
             raise ValueError(f"{path} has no {key!r} entry: not a draftsmith drafter checkpoint")
@@ -144,11 +211,25 @@ def load_drafter(
         model = cls.from_checkpoint_config(settings, config)
     else:
         model = cls(settings, config["hidden_size"], config["draft_vocab_size"])
-    state = load_file(str(Path(ckpt_dir) / WEIGHTS_NAME))
+    state = read_drafter_weights(ckpt_dir, config)
+    missing, unexpected = sorted(set(model.state_dict()) - set(state)), sorted(set(state) - set(model.state_dict()))
+    if missing or unexpected:
+        raise UserError(
+            f"{Path(ckpt_dir) / WEIGHTS_NAME} does not hold the weights of the {config['kind']} drafter its "
+            f"config.json describes (missing {missing[:3]}, unexpected {unexpected[:3]}); the files come from "
+            "different drafters"
+        )
     model.load_state_dict(state, strict=True)
     if target is not None and hasattr(model, "attach_target"):  # frozen target parts are never saved
         model.attach_target(target.embed_tokens, target.head)
     return model.to(device).eval(), config
+
+
+def read_drafter_weights(ckpt_dir: str | Path, config: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights, after checking them against the sha256 its config.json records."""
+    directory = Path(ckpt_dir)
+    verify_hashes(directory, config.get("weights_sha256"), str(directory / CONFIG_NAME))
+    return load_weights(directory / WEIGHTS_NAME)
 
 
 def _config_class(cls: type) -> Any:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 
-from .checkpoint import atomic_write_dir, commit_dir, draftsmith_version
+from .checkpoint import atomic_write_dir, commit_dir, draftsmith_version, record_hashes
 from .target import FrozenTarget, check_target_identity, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -180,8 +180,9 @@ def save_draft_lm(
     tmp = atomic_write_dir(out)
     model.save_pretrained(tmp, state_dict=state_dict)
     target.tokenizer.save_pretrained(tmp)
+    weights = sorted(p.name for p in tmp.glob("model*.safetensors"))
     metadata = {"draftsmith_version": draftsmith_version(), "kind": "draft_lm", "target": target.identity(),
-                **(extra or {})}  # fmt: skip
+                "weights_sha256": record_hashes(tmp, weights), **(extra or {})}  # fmt: skip
     (tmp / METADATA_NAME).write_text(json.dumps(metadata, indent=2) + "\n")
     commit_dir(tmp, out)
     return out

@@ -62,6 +62,18 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return sha256_text(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False))
 
 
+def weights_fingerprint(lm_head: torch.Tensor, final_norm: torch.Tensor | None) -> str:
+    """sha256 of the final norm and 64 evenly spaced LM-head rows, rounded to bfloat16 (so a target loaded in
+    float32 and in bfloat16 gives the same value): two models of the same shapes and tokenizer (a base model
+    and its fine-tune) differ here, the same weights in another directory or under a Hub id do not."""
+    rows = lm_head.detach()[:: max(1, lm_head.shape[0] // 64)]
+    parts = [rows] + ([final_norm.detach()] if final_norm is not None else [])
+    h = hashlib.sha256()
+    for t in parts:
+        h.update(t.to("cpu", torch.bfloat16).contiguous().view(torch.int16).numpy().tobytes())
+    return h.hexdigest()
+
+
 class FrozenTarget:
     """A Hugging Face causal LM, frozen, that returns hidden states at canonical layer ids.
 
@@ -83,6 +95,7 @@ class FrozenTarget:
         self.num_layers: int = int(text_config.num_hidden_layers)
         self.hidden_size: int = int(text_config.hidden_size)
         self.vocab_size: int = int(self.model.get_output_embeddings().weight.shape[0])
+        check_vocabulary(tokenizer, self.vocab_size, name_or_path)
         self.decoder: Any = find_decoder(self.model)
         if not (hasattr(self.decoder, "layers") and hasattr(self.decoder, "norm")):
             raise ValueError(
@@ -92,6 +105,9 @@ class FrozenTarget:
         # False when loaded for offline training (embedding, norm and head only): forward() then refuses.
         self.has_layers = len(self.decoder.layers) == self.num_layers
         self.head = TargetHead(self.model.get_output_embeddings(), text_config)
+        norm = getattr(self.decoder.norm, "weight", None)
+        # Before any sharding (FSDP / ZeRO-3 later split these weights across ranks).
+        self.weights_sha256 = weights_fingerprint(self.head.weight, norm if isinstance(norm, torch.Tensor) else None)
         self.embedding = PlainEmbedding(self.model.get_input_embeddings())
         if self.has_layers:
             self.check_exact()
@@ -260,7 +276,23 @@ class FrozenTarget:
             "num_layers": self.num_layers,
             "tokenizer_sha256": tokenizer_fingerprint(self.tokenizer),
             "chat_template_sha256": sha256_text(template) if isinstance(template, str) else None,
+            "weights_sha256": self.weights_sha256,
         }
+
+
+def check_vocabulary(tokenizer: Any, vocab_size: int, name: str) -> None:
+    """Refuse a tokenizer with ids the model has no embedding row for (a tokenizer from another model, or
+    added tokens without `resize_token_embeddings`): they would fail deep inside a forward, or train on
+    garbage. A model with more rows than the tokenizer has ids (padding to a multiple of 64 / 128) is fine."""
+    try:
+        size = len(tokenizer)
+    except TypeError:  # a stand-in without a vocabulary (tests, benchmarks)
+        return
+    if size > vocab_size:
+        raise ValueError(
+            f"target {name!r}: its tokenizer has {size} tokens but the model's embedding only {vocab_size} rows; "
+            "use the tokenizer saved with the model (or resize the model's embeddings after adding tokens)"
+        )
 
 
 class TargetHead(nn.Module):
@@ -387,13 +419,15 @@ def stop_token_ids(target: FrozenTarget) -> set[int]:
 def check_target_identity(expected: dict[str, Any], actual: dict[str, Any], what: str) -> None:
     """Refuse to pair a drafter with a target other than the one it was trained for.
 
-    Sizes and the tokenizer must match exactly; a different path with identical sizes and tokenizer only
-    logs a warning (the same weights may live in another directory or under a Hub id).
+    Sizes, the tokenizer and the weights' fingerprint (`weights_fingerprint`: tells a base model from its
+    fine-tune) must match; a different path with all of them equal only logs a warning (the same weights in
+    another directory or under a Hub id). Checkpoints written before the fingerprint existed are checked on
+    the rest.
 
     Raises:
         ValueError: listing every mismatching field, with both values.
     """
-    keys = ("vocab_size", "hidden_size", "num_layers", "tokenizer_sha256")
+    keys = ("vocab_size", "hidden_size", "num_layers", "tokenizer_sha256", "weights_sha256")
     bad = [k for k in keys if expected.get(k) is not None and expected.get(k) != actual.get(k)]
     if bad:
         lines = "; ".join(f"{k}: trained for {expected.get(k)!r}, got {actual.get(k)!r}" for k in bad)

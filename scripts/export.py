@@ -20,12 +20,11 @@ checks that passed, the layer-id translation, and copy-paste serving commands.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from draftsmith.models.checkpoint import WEIGHTS_NAME, read_drafter_config
+from draftsmith.models.checkpoint import read_drafter_config, read_drafter_weights, read_json, verify_hashes
 from draftsmith.models.draft_lm import METADATA_NAME
 
 from .layouts.common import Export, ExportError, LayoutSpec, TargetInfo, rope_settings, validate, write_export
@@ -60,13 +59,12 @@ def read_source(ckpt: str | Path) -> dict[str, Any]:
     """A checkpoint as exporters see it: `{dir, kind, config, state, target, target_name}`."""
     path = Path(ckpt).expanduser()
     if (path / METADATA_NAME).is_file():  # a distilled draft LM: a transformers directory + draftsmith.json
-        meta = json.loads((path / METADATA_NAME).read_text())
+        meta = read_json(path / METADATA_NAME)
+        verify_hashes(path, meta.get("weights_sha256"), str(path / METADATA_NAME))
         return {"dir": path, "kind": "draft_lm", "config": meta, "state": read_draft_lm_state(path),
                 "target": meta["target"], "target_name": meta["target"]["name_or_path"]}  # fmt: skip
     config = read_drafter_config(path)
-    from safetensors.torch import load_file
-
-    state = load_file(str(path / WEIGHTS_NAME))
+    state = read_drafter_weights(path, config)
     return {"dir": path, "kind": config["kind"], "config": config, "state": state, "target": config["target"],
             "target_name": config["target"]["name_or_path"]}  # fmt: skip
 
@@ -82,6 +80,9 @@ def check_target(source: dict[str, Any], target: TargetInfo) -> None:
         "num_layers": target.num_layers,
     }
     wrong = {k: (saved.get(k), v) for k, v in actual.items() if saved.get(k) not in (None, v)}
+    if not wrong and (saved.get("tokenizer_sha256") or saved.get("weights_sha256")):
+        hashes = target.identity_hashes()  # a model of the same shapes (a fine-tune, another tokenizer) differs here
+        wrong = {k: (saved.get(k), v) for k, v in hashes.items() if v is not None and saved.get(k) not in (None, v)}
     if wrong:
         raise ExportError(
             "the drafter was trained for another target: "

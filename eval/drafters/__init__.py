@@ -9,10 +9,10 @@ ORG/NAME[@REV]  a drafter pushed with `draftsmith push` (downloaded, or read fro
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+from draftsmith.models.checkpoint import TRAINER_STATE, read_json, verify_hashes
 from draftsmith.models.draft_lm import load_draft_lm
 from draftsmith.models.target import FrozenTarget
 
@@ -42,8 +42,11 @@ def load_drafter_spec(spec: str, target: FrozenTarget, ngram_max: int = 3, ngram
     if not path.exists():
         path = resolve_hub_drafter(spec) or path
     config_file = path / "config.json"
-    if config_file.is_file() and "kind" in json.loads(config_file.read_text()):
-        return _draftsmith_checkpoint(path, target)
+    if (path / TRAINER_STATE).is_file() or (config_file.is_file() and "kind" in read_json(config_file)):
+        return _draftsmith_checkpoint(path, target)  # a training checkpoint is refused there, pointing to final/
+    metadata = path / "draftsmith.json"
+    if metadata.is_file():  # a distilled draft LM: its weights are checked against the hashes it recorded
+        verify_hashes(path, read_json(metadata).get("weights_sha256"), str(metadata))
     if spec.startswith(("/", "./", "../", "~")) and not path.is_dir():
         raise FileNotFoundError(
             f"--drafter {spec!r} is not a directory; pass ngram, self, a draftsmith checkpoint directory "
@@ -72,9 +75,7 @@ def resolve_hub_drafter(spec: str) -> Path | None:
     except (OSError, ValueError):  # unreachable, absent, or not cached: not ours to resolve
         return None
     config = probe / "config.json"
-    ours = (probe / "draftsmith.json").is_file() or (
-        config.is_file() and "kind" in json.loads(config.read_text())
-    )
+    ours = (probe / "draftsmith.json").is_file() or (config.is_file() and "kind" in read_json(config))
     if not ours:
         return None
     return Path(snapshot_download(repo, revision=revision, ignore_patterns=["engines/*"]))

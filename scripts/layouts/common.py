@@ -115,6 +115,21 @@ class TargetInfo:
     def model_type(self) -> str:
         return str(getattr(self.config, "model_type", ""))
 
+    def identity_hashes(self) -> dict[str, str | None]:
+        """The target's tokenizer and weights fingerprints, as `FrozenTarget.identity` records them (None where
+        the directory has no tokenizer)."""
+        from transformers import AutoTokenizer
+
+        from draftsmith.models.target import find_decoder, tokenizer_fingerprint, weights_fingerprint
+
+        try:
+            tokenizer = tokenizer_fingerprint(AutoTokenizer.from_pretrained(self.path, revision=self.revision))
+        except (OSError, ValueError):
+            tokenizer = None
+        model = self._load()
+        norm = getattr(find_decoder(model).norm, "weight", None)
+        return {"tokenizer_sha256": tokenizer, "weights_sha256": weights_fingerprint(self.lm_head(), norm)}
+
     def max_positions(self) -> int | None:
         value = getattr(self.config, "max_position_embeddings", None)
         return int(value) if value is not None else None

@@ -21,6 +21,7 @@ from .data import DataBundle, build_datasets, load_cached_datasets
 from .distributed import make_accelerator, shard_frozen_target, shard_kind
 from .feature_cache import FeatureCache
 from .loop import LoopResult, Method, run_training
+from .run_lock import RunLock
 
 
 def train_main(
@@ -45,7 +46,12 @@ def train_main(
     parser = make_parser(recipe_cls, prog=prog, description=description)
     parser.add_argument(
         "--resume", nargs="?", const="latest", default=None, metavar="CKPT",
-        help="Continue a run: from the newest checkpoint in output_dir, or from CKPT.",
+        help="Continue a run: from the newest intact checkpoint in output_dir, or from CKPT.",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trust-pickle", action="store_true",
+        help="Allow --resume from a checkpoint holding pickle files (FSDP / DeepSpeed runs, or draftsmith before "
+        "0.2): loading a pickle can run code, so only for checkpoints you wrote.",
     )  # fmt: skip
     cfg: Any
     cfg, args = parse_args(recipe_cls, parser, argv)
@@ -54,6 +60,34 @@ def train_main(
         cfg.train.mixed_precision, cfg.train.grad_accum, "wandb" if cfg.log.wandb else None, output_dir
     )
     set_seed(cfg.seed)
+    # One writer per run directory: a second training (or a --resume while this one runs) is refused.
+    lock = RunLock(output_dir, "training") if accelerator.is_main_process else None
+    if lock is not None:
+        lock.acquire()
+        if lock.notice:
+            print(lock.notice)
+    try:
+        return _train(cfg, args.resume, args.trust_pickle, accelerator, output_dir, prog, build_method, report,
+                      cache_layers, save, offline_target_layers)  # fmt: skip
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(
+    cfg: Any,
+    resume: str | None,
+    trust_pickle: bool,
+    accelerator: Any,
+    output_dir: Path,
+    prog: str,
+    build_method: Callable[[Any, FrozenTarget, DataBundle], Method],
+    report: Callable[[LoopResult, Method], str],
+    cache_layers: Callable[[Any, FrozenTarget], list[LayerId]],
+    save: Callable[..., Path] | None,
+    offline_target_layers: Callable[[Any], int],
+) -> int:
+    """`train_main` past parsing, with the run directory locked."""
     progress = accelerator.is_local_main_process
     if cfg.data.cache:
         # Offline: the cache holds the samples and the target's features; only the target's embedding,
@@ -88,7 +122,7 @@ def train_main(
     result = run_training(
         method, accelerator=accelerator, train_dataset=data.train, eval_dataset=data.eval, pad_id=pad_id,
         output_dir=output_dir, seed=cfg.seed, train=cfg.train, log=cfg.log, checkpoint=cfg.checkpoint,
-        eval_cfg=cfg.eval, config_yaml=config_yaml(cfg), resume=args.resume,
+        eval_cfg=cfg.eval, config_yaml=config_yaml(cfg), resume=resume, trust_pickle=trust_pickle,
     )  # fmt: skip
     if accelerator.is_main_process:
         summary = {

@@ -17,16 +17,18 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DistributedType
 from accelerate.logging import get_logger
 from torch import nn
 from tqdm.auto import tqdm
 
-from .checkpointing import read_trainer_state, resolve_resume, save_checkpoint
+from .checkpointing import checkpoint_format, read_trainer_state, resolve_resume, save_checkpoint
 from .data import collate
 from .distributed import configure_deepspeed, shard_kind
 from .metrics import MetricsLog, MetricWindow, read_metrics
 from .sampler import StepSchedule
+from .train_state import FORMAT as STATE_FORMAT
+from .train_state import load_training_state
 
 logger = get_logger(__name__)
 
@@ -66,6 +68,18 @@ class TrainConfig:
             raise ValueError("micro_batch_size and grad_accum must be >= 1")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(
+                f"train.max_steps must be >= 1 (or null: as many steps as train.epochs take), got {self.max_steps}"
+            )
+        if not self.epochs > 0:
+            raise ValueError(f"train.epochs must be > 0, got {self.epochs}")
+        if not self.lr > 0:
+            raise ValueError(f"train.lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ValueError(f"train.max_grad_norm must be > 0 (or null: no clipping), got {self.max_grad_norm}")
 
 
 @dataclass
@@ -213,13 +227,17 @@ def run_training(
     eval_cfg: EvalConfig,
     config_yaml: str,
     resume: str | None = None,
+    trust_pickle: bool = False,
 ) -> LoopResult:
     """Train `method.model` and return the final step, last logged train metrics and held-out metrics.
 
     `config_yaml` (the resolved recipe config) is saved in the run directory and every checkpoint.
+    `trust_pickle`: resume from a checkpoint holding pickle files (see checkpointing.resolve_resume).
     """
     output_dir.mkdir(parents=True, exist_ok=True)
-    resume_from = resolve_resume(output_dir, resume)
+    resume_from, notice = resolve_resume(output_dir, resume, trust_pickle)
+    if notice and accelerator.is_main_process:
+        print(notice)
     schedule = StepSchedule(
         len(train_dataset),
         train.micro_batch_size,
@@ -253,7 +271,9 @@ def run_training(
     )
     configure_deepspeed(accelerator, train.micro_batch_size, train.grad_accum, train.max_grad_norm)
     model, optimizer = accelerator.prepare(method.model, optimizer)
-    accelerator.register_for_checkpointing(scheduler)
+    sharded = shard_kind(accelerator) is not None or accelerator.distributed_type == DistributedType.DEEPSPEED
+    if sharded:  # accelerate writes FSDP / DeepSpeed states (pickles), the scheduler with them
+        accelerator.register_for_checkpointing(scheduler)
     if log.wandb:
         accelerator.init_trackers(
             log.wandb_project,
@@ -273,7 +293,18 @@ def run_training(
                 f"step over {state['num_train_samples']} samples, this run has {schedule.samples_per_step} over "
                 f"{len(train_dataset)}; keep micro_batch_size x grad_accum x processes and the data the same"
             )
-        accelerator.load_state(str(resume_from))
+        if checkpoint_format(resume_from) == STATE_FORMAT:
+            if sharded:
+                raise ValueError(
+                    f"{resume_from} was written by a single-process or DDP run; resume it the same way (FSDP / "
+                    "DeepSpeed keep their own checkpoint format)"
+                )
+            note = load_training_state(resume_from, accelerator.unwrap_model(model), optimizer, scheduler,
+                                       accelerator.process_index, accelerator.device)  # fmt: skip
+            if note:
+                print(note)
+        else:  # accelerate's pickles: allowed by --trust-pickle (resolve_resume checked)
+            accelerator.load_state(str(resume_from))
         step = state["step"]
         _truncate_metrics(output_dir / "metrics.jsonl", step, accelerator)
         logger.info(f"resumed from {resume_from} at step {step}", main_process_only=True)
@@ -357,11 +388,13 @@ def run_training(
                 step, evaluate(method, model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
             )
         if checkpoint.every and step % checkpoint.every == 0:
-            save_checkpoint(accelerator, output_dir, step, trainer_state(), config_yaml, checkpoint.keep_last)
+            save_checkpoint(accelerator, output_dir, step, trainer_state(), config_yaml, checkpoint.keep_last,
+                            model, optimizer, scheduler, sharded)  # fmt: skip
             last_saved = step
     bar.close()
     if last_saved != step:
-        save_checkpoint(accelerator, output_dir, step, trainer_state(), config_yaml, checkpoint.keep_last)
+        save_checkpoint(accelerator, output_dir, step, trainer_state(), config_yaml, checkpoint.keep_last,
+                            model, optimizer, scheduler, sharded)  # fmt: skip
     eval_metrics = evaluate(method, model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
     if eval_metrics:
         metrics_log.write(step, eval_metrics)

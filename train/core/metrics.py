@@ -92,5 +92,17 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a `metrics.jsonl` file."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The records of a `metrics.jsonl` file. A partial last line (a run killed while appending it) is
+    skipped; a damaged line anywhere else is an error naming the file and line."""
+    lines = path.read_text().splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError as err:
+            if number == len(lines):
+                break  # the record being appended when the run died
+            raise ValueError(f"{path}:{number} is not a JSON record ({err}); fix or delete that line") from None
+    return records

@@ -47,3 +47,20 @@ def test_ancestor_mask_and_attention_mask_match_a_brute_force_walk():
     assert (mask[0, 0, :, :3] == 0).all()  # the whole prefix is visible
     assert torch.equal(mask[0, 0, :, 3:] == 0, anc)
     assert tree.depths() == [0, 1, 1, 2, 2, 2, 3] and tree.path_to(6) == [0, 1, 3, 6]
+
+
+def test_depth_and_tree_size_are_bounded_with_the_range_in_the_message():
+    """`--depth 100000` with a chain, or a tree of more nodes than one forward verifies, fails at parse time
+    (it used to grow until the kernel killed the process)."""
+    import pytest
+
+    from draftsmith.eval.tree import MAX_DEPTH, MAX_TREE_NODES, parse_tree
+
+    assert len(parse_tree("chain", MAX_DEPTH).paths) == MAX_DEPTH
+    with pytest.raises(ValueError, match=rf"--depth must be in 0..{MAX_DEPTH}.*got 100000"):
+        parse_tree("chain", 100000)
+    with pytest.raises(ValueError, match=rf"drafts 1280 tokens per step; at most {MAX_TREE_NODES}"):
+        parse_tree("topk:20", 64)
+    with pytest.raises(ValueError, match=rf"drafts 5000 tokens per step; at most {MAX_TREE_NODES}"):
+        parse_tree("dynamic:4:5000", 8)
+    assert len(parse_tree("topk:16", 64).paths) == MAX_TREE_NODES

@@ -73,3 +73,62 @@ def test_eagle3_round_trip_keeps_vocab_map_and_reattaches_the_target(tiny_random
     for k, v in draft.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v), k
     assert loaded.frozen.lm_head is target.head  # reattached on load
+
+
+def _saved_heads(t, path):
+    heads = MedusaHeads(MedusaConfig(num_heads=2, num_layers=1), t.hidden_size, t.vocab_size)
+    return save_drafter(path, heads, t.identity())
+
+
+def test_one_flipped_byte_in_the_weights_is_refused_by_load_export_and_eval(tmp_path, tiny_random_target):
+    """config.json records the weights' sha256; loading (eval, push) and export check it."""
+    from draftsmith.eval.drafters import load_drafter_spec
+    from draftsmith.models.checkpoint import DamagedFile
+    from draftsmith.scripts.export import read_source
+
+    out = _saved_heads(tiny_random_target, tmp_path / "final")
+    weights = out / "model.safetensors"
+    assert read_drafter_config(out)["weights_sha256"]["model.safetensors"] == __import__("hashlib").sha256(
+        weights.read_bytes()
+    ).hexdigest()
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x40  # a flipped bit inside a tensor: still a valid safetensors file
+    weights.write_bytes(bytes(data))
+    for load in (lambda: load_drafter(out), lambda: read_source(out),
+                 lambda: load_drafter_spec(str(out), tiny_random_target)):  # fmt: skip
+        with pytest.raises(DamagedFile, match=r"model.safetensors does not match the sha256 recorded in .*config.json"):
+            load()
+
+
+def test_damaged_or_mismatched_checkpoint_files_name_the_file(tmp_path, tiny_random_target):
+    from draftsmith.models.checkpoint import DamagedFile
+    from draftsmith.models.errors import UserError
+
+    out = _saved_heads(tiny_random_target, tmp_path / "a")
+    config = out / "config.json"
+    good = config.read_text()
+    config.write_text(good[:-40])  # truncated JSON
+    with pytest.raises(DamagedFile, match=r"a/config.json:\d+:\d+: not valid JSON"):
+        load_drafter(out)
+    # Weights truncated, with the record of their hash removed: the safetensors reader itself fails.
+    config.write_text(json.dumps({k: v for k, v in json.loads(good).items() if k != "weights_sha256"}))
+    (out / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:100])
+    with pytest.raises(DamagedFile, match=r"a/model.safetensors is not a readable safetensors file"):
+        load_drafter(out)
+    # Weights of another drafter under this config (three heads' weights, a two-head config).
+    other = MedusaHeads(MedusaConfig(num_heads=3, num_layers=1), tiny_random_target.hidden_size,
+                        tiny_random_target.vocab_size)  # fmt: skip
+    b = save_drafter(tmp_path / "b", other, tiny_random_target.identity())
+    (out / "model.safetensors").write_bytes((b / "model.safetensors").read_bytes())
+    with pytest.raises(UserError, match=r"does not hold the weights of the medusa drafter its config.json describes"):
+        load_drafter(out)
+
+
+def test_a_training_checkpoint_passed_as_a_drafter_points_to_final(tmp_path):
+    from draftsmith.models.errors import UserError
+
+    ckpt = tmp_path / "run" / "checkpoint-20"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    with pytest.raises(UserError, match=r"is a training checkpoint .*--resume.*run/final"):
+        read_drafter_config(ckpt)

@@ -58,3 +58,17 @@ def test_load_from_local_directory(tmp_path, tiny_random_target):
     assert loaded.identity() == {**tiny_random_target.identity(), "name_or_path": str(tmp_path)}
     with pytest.raises(FileNotFoundError, match="is not a directory"):
         FrozenTarget.load(TargetConfig(path=str(tmp_path / "missing")))
+
+
+def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_at_load(tmp_path, tiny_random_target):
+    """It used to pass until an IndexError deep in the first forward."""
+    import copy
+
+    from draftsmith.models.target import TargetConfig
+
+    tok = copy.deepcopy(tiny_random_target.tokenizer)  # the fixture is shared: never add tokens to it
+    tiny_random_target.model.save_pretrained(tmp_path)
+    tok.add_tokens([f"<extra_{i}>" for i in range(tiny_random_target.vocab_size - len(tok) + 1)])
+    tok.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=rf"tokenizer has {len(tok)} tokens but the model's embedding only"):
+        FrozenTarget.load(TargetConfig(path=str(tmp_path)))

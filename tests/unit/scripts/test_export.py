@@ -284,10 +284,14 @@ def _broken(ckpt: Path, tmp_path: Path, state_edit=None, config_edit=None) -> Pa
         state = load_file(str(copy / "model.safetensors"))
         state_edit(state)
         save_file(state, str(copy / "model.safetensors"))
+    config = json.loads((copy / "config.json").read_text())
     if config_edit is not None:
-        config = json.loads((copy / "config.json").read_text())
         config_edit(config)
-        (copy / "config.json").write_text(json.dumps(config))
+    # As a buggy trainer would write it: consistent hashes, so the export's own checks are what refuse it.
+    from draftsmith.models.checkpoint import record_hashes
+
+    config["weights_sha256"] = record_hashes(copy, ["model.safetensors"])
+    (copy / "config.json").write_text(json.dumps(config))
     return copy
 
 
@@ -463,3 +467,25 @@ def test_closed_loop_speculators_loads_the_vllm_export(checkpoints, target, tmp_
     save_file(state, str(out / "model.safetensors"))
     report = run_closed_loop(str(checkpoints["eagle3"]), str(out), _speculators_python(), tokens=24)
     assert not report["ok"] and report["max_abs_diff"] > 1e-3
+
+
+def test_another_target_of_the_same_shapes_and_tokenizer_is_refused(checkpoints, target, tmp_path):
+    """A fine-tune of the training target (same sizes, same tokenizer, other weights) is caught by the weights
+    fingerprint, in export (--target) and in eval; the same weights in bfloat16 are still the same target."""
+    import copy as copy_module
+
+    from draftsmith.eval.drafters import load_drafter_spec
+    from draftsmith.models.target import FrozenTarget, TargetConfig
+
+    tuned = copy_module.deepcopy(target.model)
+    with torch.no_grad():
+        tuned.get_output_embeddings().weight.mul_(1.01)
+    other = tmp_path / "finetune"
+    tuned.save_pretrained(other)
+    target.tokenizer.save_pretrained(other)
+    _refused(checkpoints["eagle3"], "vllm", tmp_path / "out", r"trained for another target: weights_sha256", str(other))
+    finetune = FrozenTarget.load(TargetConfig(path=str(other), dtype="float32"))
+    with pytest.raises(ValueError, match=r"weights_sha256: trained for"):
+        load_drafter_spec(str(checkpoints["eagle3"]), finetune)
+    in_bf16 = FrozenTarget.load(TargetConfig(path=target.name_or_path, dtype="bfloat16"))
+    assert in_bf16.identity()["weights_sha256"] == target.identity()["weights_sha256"]

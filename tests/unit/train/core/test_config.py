@@ -440,3 +440,22 @@ def test_help_epilog_lists_config_keys(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "--config FILE" in out and "KEY=VALUE" in out
     assert "\n  optim.lr (float, default 0.001): Peak learning rate.\n" in out  # not re-wrapped
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.max_steps=0", r"train.max_steps must be >= 1 \(or null"),
+        ("train.lr=0", "train.lr must be > 0"),
+        ("train.lr=-1e-4", "train.lr must be > 0"),
+        ("train.epochs=0", "train.epochs must be > 0"),
+        ("train.min_lr_ratio=2", r"train.min_lr_ratio must be in \[0, 1\]"),
+        ("train.max_grad_norm=0", "train.max_grad_norm must be > 0"),
+    ],
+)
+def test_training_numbers_out_of_range_are_refused_with_the_range(override, message):
+    """`train.max_steps=0` used to train a full epoch; a zero or negative lr trained nothing or diverged."""
+    from draftsmith.train.medusa import MedusaRecipe
+
+    with pytest.raises(ValueError, match=message):
+        load_config(MedusaRecipe, None, ["target.path=t", override])
