@@ -201,7 +201,9 @@ def load_training_state(directory: Path, model: torch.nn.Module, optimizer: Any,
             "checkpoint of this recipe"
         )
     model.load_state_dict(state, strict=False)
-    optimizer.load_state_dict(_load_split(directory, "optimizer", device))
+    # On the CPU as saved: the optimizer moves each state tensor to its parameter's device itself, except
+    # AdamW's `step`, which must stay a CPU tensor unless the optimizer is capturable / fused.
+    optimizer.load_state_dict(_load_split(directory, "optimizer"))
     scheduler.load_state_dict(_join(json.loads((directory / "scheduler.json").read_text()), {}))
     if not (directory / f"rng-{rank}.json").is_file():
         return f"note: {directory} has no generator state for process {rank}; it continues from the seed"
