@@ -203,6 +203,11 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
     shape = parse_tree(args.tree, depth)
     decoder = SpeculativeDecoder(target, drafter, shape, sampling, args.acceptance, args.kv_cache)
     max_pos = getattr(target.model.config, "max_position_embeddings", None)
+    if max_pos is not None and args.max_new_tokens >= max_pos:
+        raise ValueError(
+            f"--max-new-tokens must be in 1..{max_pos - 1}: the target's context holds {max_pos} positions, "
+            "prompt included"
+        )
     stop_ids = stop_token_ids(target)
     device = target.device
 

@@ -38,21 +38,48 @@ def describe_os_error(err: OSError) -> str | None:
     return None
 
 
+_WRAPPED = {  # how libraries that write files report these faults in their own exception types
+    errno.ENOSPC: ("No space left on device", "os error 28", "unexpected pos"),
+    errno.EROFS: ("Read-only file system", "os error 30"),
+}
+
+
+def describe_wrapped_disk_error(err: BaseException) -> str | None:
+    """One line for a full or read-only disk reported by safetensors (`os error 28`), torch's zip writer
+    (`unexpected pos`: a write came back short) or another library's wrapper; None otherwise."""
+    text = str(err)
+    for code, needles in _WRAPPED.items():
+        if any(n in text for n in needles):
+            return describe_os_error(OSError(code, os.strerror(code), _path_in(text)))
+    return None
+
+
+def _path_in(text: str) -> str | None:
+    for word in text.replace("'", " ").replace('"', " ").split():
+        if word.startswith("/"):
+            return word.rstrip(":,.)")
+    return None
+
+
 def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
     """Call `main(argv)`; a ValueError / FileNotFoundError / UserError (how draftsmith reports bad input) or a
     full, read-only or unwritable disk is printed as `error: <message>` with exit status 1. Set
     DRAFTSMITH_DEBUG=1 to get the traceback instead."""
     try:
         return int(main(argv) or 0)
-    except (ValueError, FileNotFoundError, UserError, OSError) as err:
-        if os.environ.get("DRAFTSMITH_DEBUG"):
+    except Exception as err:
+        message = one_line(err)
+        if message is None or os.environ.get("DRAFTSMITH_DEBUG"):
             raise
-        message = str(err)
-        if isinstance(err, OSError) and not isinstance(err, FileNotFoundError):
-            described = describe_os_error(err)
-            if described is None:
-                raise
-            message = described
         print(f"error: {message}", file=sys.stderr)
         print("(set DRAFTSMITH_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
+
+
+def one_line(err: Exception) -> str | None:
+    """The message to print for `err`, or None for a bug (which keeps its traceback)."""
+    if isinstance(err, (ValueError, FileNotFoundError, UserError)):
+        return str(err)
+    if isinstance(err, OSError):
+        return describe_os_error(err)
+    return describe_wrapped_disk_error(err)

@@ -26,6 +26,7 @@ from typing import Any
 
 from draftsmith.models.checkpoint import read_drafter_config, read_drafter_weights, read_json, verify_hashes
 from draftsmith.models.draft_lm import METADATA_NAME
+from draftsmith.train.core.run_lock import RunLock
 
 from .layouts.common import Export, ExportError, LayoutSpec, TargetInfo, rope_settings, validate, write_export
 from .layouts.draft_lm import draft_lm_hf, read_draft_lm_state
@@ -141,7 +142,9 @@ def export(
             f"{out} exists and is not a draftsmith export; choose an empty or new --out directory"
         )
     src_info = {"checkpoint": str(Path(ckpt).resolve()), "kind": kind, "target": source["target_name"]}
-    write_export(built, out, src_info, passed)
+    # One writer per export directory (the lock sits beside it: the directory holds only the export).
+    with RunLock(out.parent, "export", name=f".{out.name}.draftsmith.lock"):
+        write_export(built, out, src_info, passed)
     eval_json = source["dir"] / "eval.json"
     if eval_json.is_file():  # the measured report travels with the export (the Hub card reads it)
         (out / "eval.json").write_text(eval_json.read_text())

@@ -54,7 +54,7 @@ def train_main(
         "0.2): loading a pickle can run code, so only for checkpoints you wrote.",
     )  # fmt: skip
     cfg: Any
-    cfg, args = parse_args(recipe_cls, parser, argv)
+    cfg, args = parse_args(recipe_cls, parser, resume_before_overrides(argv))
     output_dir = Path(cfg.output_dir)
     accelerator = make_accelerator(
         cfg.train.mixed_precision, cfg.train.grad_accum, "wandb" if cfg.log.wandb else None, output_dir
@@ -72,6 +72,22 @@ def train_main(
     finally:
         if lock is not None:
             lock.release()
+
+
+def resume_before_overrides(argv: Sequence[str] | None) -> list[str]:
+    """`--resume train.lr=1e-4` meant "resume the latest checkpoint, with this override": argparse would take
+    the override as the checkpoint path. A `--resume` value that holds `=` and is no existing path is read so."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        if arg == "--resume" and "=" in nxt and not Path(nxt).exists():
+            out.append("--resume=latest")
+            continue
+        out.append(arg)
+    return out
 
 
 def _train(

@@ -300,7 +300,7 @@ def run_training(
                     "DeepSpeed keep their own checkpoint format)"
                 )
             note = load_training_state(resume_from, accelerator.unwrap_model(model), optimizer, scheduler,
-                                       accelerator.process_index, accelerator.device)  # fmt: skip
+                                       accelerator.process_index)  # fmt: skip
             if note:
                 print(note)
         else:  # accelerate's pickles: allowed by --trust-pickle (resolve_resume checked)

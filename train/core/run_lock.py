@@ -52,16 +52,17 @@ def _describe(info: dict[str, Any]) -> str:
 
 
 class RunLock:
-    """`with RunLock(directory, "training"):` holds `<directory>/.draftsmith.lock` for the block.
+    """`with RunLock(directory, "training"):` holds `<directory>/.draftsmith.lock` for the block (`name`: another
+    lock file in `directory`, e.g. one per export beside the export's directory, which must stay clean).
 
     Raises:
         DirectoryBusy: a live process (or one on another host) holds the lock.
     """
 
-    def __init__(self, directory: str | Path, purpose: str):
+    def __init__(self, directory: str | Path, purpose: str, name: str = LOCK_NAME):
         self.directory = Path(directory)
         self.purpose = purpose
-        self.path = self.directory / LOCK_NAME
+        self.path = self.directory / name
         self.notice: str | None = None
         self._held = False
 

@@ -19,7 +19,6 @@ by accelerate, marked so in the manifest, and resumed only with `--trust-pickle`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from draftsmith.models.checkpoint import sha256_file
 from draftsmith.models.errors import UserError
 
 FORMAT = "draftsmith-state-1"
@@ -39,14 +39,6 @@ SAFE_SUFFIXES = (".json", ".safetensors", ".yaml")
 
 class DamagedCheckpoint(UserError):
     """A checkpoint file is missing or does not match its recorded sha256."""
-
-
-def sha256_file(path: Path, block: int = 1 << 24) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write_manifest(directory: Path, fmt: str) -> None:
@@ -125,17 +117,17 @@ def _key(k: Any) -> Any:
     raise TypeError(f"cannot store a {type(k).__name__} key without pickle")
 
 
-def _join(obj: Any, tensors: dict[str, torch.Tensor], device: torch.device | None = None) -> Any:
+def _join(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """Inverse of `_split`."""
     if isinstance(obj, dict):
         if "__tensor__" in obj:
-            t = tensors[obj["__tensor__"]]
-            return t if device is None else t.to(device)
+            return tensors[obj["__tensor__"]]
         if "__dict__" in obj:
-            return {k: _join(v, tensors, device) for k, v in obj["__dict__"]}
+            return {k: _join(v, tensors) for k, v in obj["__dict__"]}
         if "__tuple__" in obj:
-            return tuple(_join(v, tensors, device) for v in obj["__tuple__"])
+            return tuple(_join(v, tensors) for v in obj["__tuple__"])
     if isinstance(obj, list):
-        return [_join(v, tensors, device) for v in obj]
+        return [_join(v, tensors) for v in obj]
     return obj
 
 
@@ -147,10 +139,10 @@ def _save_split(obj: Any, directory: Path, name: str) -> None:
     (directory / f"{name}.json").write_text(json.dumps(meta) + "\n")
 
 
-def _load_split(directory: Path, name: str, device: torch.device | None = None) -> Any:
+def _load_split(directory: Path, name: str) -> Any:
     tensor_file = directory / f"{name}.safetensors"
     tensors = load_file(str(tensor_file)) if tensor_file.is_file() else {}
-    return _join(json.loads((directory / f"{name}.json").read_text()), tensors, device)
+    return _join(json.loads((directory / f"{name}.json").read_text()), tensors)
 
 
 def rng_state() -> dict[str, Any]:
@@ -188,8 +180,8 @@ def save_training_state(directory: Path, model: torch.nn.Module, optimizer: Any,
     _save_split(rng_state(), directory, f"rng-{rank}")
 
 
-def load_training_state(directory: Path, model: torch.nn.Module, optimizer: Any, scheduler: Any, rank: int,
-                        device: torch.device) -> str | None:  # fmt: skip
+def load_training_state(directory: Path, model: torch.nn.Module, optimizer: Any, scheduler: Any,
+                        rank: int) -> str | None:  # fmt: skip
     """Restore what `save_training_state` wrote; returns a notice when this rank's generators were not saved
     (more processes than the run that saved it)."""
     state = load_file(str(directory / "model.safetensors"))
@@ -201,7 +193,9 @@ def load_training_state(directory: Path, model: torch.nn.Module, optimizer: Any,
             "checkpoint of this recipe"
         )
     model.load_state_dict(state, strict=False)
-    optimizer.load_state_dict(_load_split(directory, "optimizer", device))
+    # On the CPU as saved: the optimizer moves each state tensor to its parameter's device itself, except
+    # AdamW's `step`, which must stay a CPU tensor unless the optimizer is capturable / fused.
+    optimizer.load_state_dict(_load_split(directory, "optimizer"))
     scheduler.load_state_dict(_join(json.loads((directory / "scheduler.json").read_text()), {}))
     if not (directory / f"rng-{rank}.json").is_file():
         return f"note: {directory} has no generator state for process {rank}; it continues from the seed"

@@ -97,6 +97,9 @@ def test_gate_fails_with_status_3_and_checkpoint_gets_eval_json(tiny_toy_target,
             "greedy",
         ),
         (["--drafter", "ngram", "--data", "stdlib:heldout", "--tree", "beam:2"], "chain, topk:K"),
+        (["--drafter", "ngram", "--data", "stdlib:heldout", "--depth", "100000"], "--depth must be in 0..64"),
+        (["--drafter", "ngram", "--data", "stdlib:heldout", "--max-new-tokens", "10000000"],
+         "--max-new-tokens must be in 1.."),  # fmt: skip
     ],
 )
 def test_bad_input_is_a_one_line_error(tiny_toy_target, args, message, capsys):

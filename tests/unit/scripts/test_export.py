@@ -489,3 +489,17 @@ def test_another_target_of_the_same_shapes_and_tokenizer_is_refused(checkpoints,
         load_drafter_spec(str(checkpoints["eagle3"]), finetune)
     in_bf16 = FrozenTarget.load(TargetConfig(path=target.name_or_path, dtype="bfloat16"))
     assert in_bf16.identity()["weights_sha256"] == target.identity()["weights_sha256"]
+
+
+def test_an_export_into_a_directory_another_writer_holds_is_refused(checkpoints, tmp_path):
+    """Exports lock beside their directory (which must hold only the export); a held lock refuses, in one line,
+    and nothing is written."""
+    from draftsmith.train.core.run_lock import DirectoryBusy, RunLock
+
+    holder = RunLock(tmp_path, "export", name=".out.draftsmith.lock").acquire()
+    with pytest.raises(DirectoryBusy, match=r"in use by export, pid \d+"):
+        export(checkpoints["eagle3"], "vllm", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    holder.release()
+    export(checkpoints["eagle3"], "vllm", tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the lock is gone with the export

@@ -459,3 +459,15 @@ def test_training_numbers_out_of_range_are_refused_with_the_range(override, mess
 
     with pytest.raises(ValueError, match=message):
         load_config(MedusaRecipe, None, ["target.path=t", override])
+
+
+def test_resume_followed_by_an_override_resumes_the_latest_checkpoint(tmp_path):
+    """`--resume train.lr=1e-4` used to take the override as the checkpoint path."""
+    from draftsmith.train.core.entry import resume_before_overrides
+
+    assert resume_before_overrides(["--config", "r.yaml", "--resume", "train.lr=1e-4"]) == [
+        "--config", "r.yaml", "--resume=latest", "train.lr=1e-4"
+    ]  # fmt: skip
+    ckpt = tmp_path / "checkpoint-4"
+    assert resume_before_overrides(["--resume", str(ckpt), "a=b"]) == ["--resume", str(ckpt), "a=b"]
+    assert resume_before_overrides(["--resume"]) == ["--resume"]

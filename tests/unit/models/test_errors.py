@@ -1,0 +1,35 @@
+"""`run_main`: bad input and disk faults (full, read-only, not writable) become one line; bugs keep their
+traceback."""
+
+import errno
+
+import pytest
+
+from draftsmith.models.errors import UserError, run_main
+
+
+def _raise(exc):
+    def main(argv):
+        raise exc
+    return main
+
+@pytest.mark.parametrize(("exc", "expected"), [
+    (OSError(errno.ENOSPC, "No space left on device", "/tmp/run/checkpoint-4.tmp/model.safetensors"),
+     "no space left on /tmp"),
+    # What safetensors and torch.save raise on a full 1 MB tmpfs (measured): their own types, not OSError.
+    (RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"), "no space left on"),
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"), "no space left on"),
+    (OSError(errno.EROFS, "Read-only file system", "/mnt/ro/run"), "/mnt/ro/run is on a read-only filesystem"),
+    (PermissionError(errno.EACCES, "Permission denied", "/root/x"), "permission denied: /root/x"),
+    (UserError("busy"), "busy"),
+])
+def test_faults_become_one_line(exc, expected, capsys):
+    assert run_main(_raise(exc)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and expected in err and "Traceback" not in err
+
+def test_a_bug_keeps_its_traceback():
+    with pytest.raises(KeyError):
+        run_main(_raise(KeyError("x")))
+    with pytest.raises(RuntimeError):
+        run_main(_raise(RuntimeError("shape mismatch")))
