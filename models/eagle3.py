@@ -29,7 +29,7 @@ from transformers import DynamicCache
 
 from .eagle import DraftLayer, EagleConfig, _EagleBase
 from .registry import register_drafter
-from .ttt_attention import TTT_PATTERN
+from .ttt_attention import TTT_PATTERN, TTTPattern
 
 
 def default_feature_layers(num_layers: int) -> list[int]:
@@ -144,7 +144,7 @@ class Eagle3Draft(_EagleBase):
         hidden: torch.Tensor,
         ids: torch.Tensor,
         position_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
+        attention_mask: torch.Tensor | TTTPattern,
         past_key_values: Any,
     ) -> torch.Tensor:
         """One draft step: `hidden [B, T, H]` (fc(g) or the previous output), token ids `[B, T]` -> new hidden."""

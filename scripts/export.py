@@ -80,7 +80,9 @@ def check_target(source: dict[str, Any], target: TargetInfo) -> None:
         "hidden_size": target.hidden_size,
         "num_layers": target.num_layers,
     }
-    wrong = {k: (saved.get(k), v) for k, v in actual.items() if saved.get(k) not in (None, v)}
+    wrong: dict[str, tuple[Any, Any]] = {
+        k: (saved.get(k), v) for k, v in actual.items() if saved.get(k) not in (None, v)
+    }
     if not wrong and (saved.get("tokenizer_sha256") or saved.get("weights_sha256")):
         hashes = target.identity_hashes()  # a model of the same shapes (a fine-tune, another tokenizer) differs here
         wrong = {k: (saved.get(k), v) for k, v in hashes.items() if v is not None and saved.get(k) not in (None, v)}

@@ -147,7 +147,7 @@ def _load_split(directory: Path, name: str) -> Any:
 
 def rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    np_state = np.random.get_state()
+    np_state: Any = np.random.get_state()  # ("MT19937", keys [624] uint32, pos, has_gauss, cached_gaussian)
     state["numpy"] = [np_state[0], torch.from_numpy(np.asarray(np_state[1]).astype(np.int64)), *np_state[2:]]
     if torch.cuda.is_available():
         state["cuda"] = list(torch.cuda.get_rng_state_all())
