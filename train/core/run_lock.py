@@ -48,7 +48,12 @@ def _holder() -> dict[str, Any]:
 
 
 def _describe(info: dict[str, Any]) -> str:
-    return f"pid {info.get('pid')} on {info.get('host')} since {info.get('started')} ({info.get('command', '')[:120]})"
+    text = f"pid {info.get('pid')} on {info.get('host')}"
+    if info.get("started"):
+        text += f" since {info['started']}"
+    if info.get("command"):
+        text += f" ({str(info['command'])[:120]})"
+    return text
 
 
 class RunLock:
