@@ -79,11 +79,17 @@ def target_dir(arch: str, root: Path) -> Path:
     """The tiny target of `arch` saved under `root` (built once)."""
     out = root / "targets" / arch
     if not (out / "config.json").is_file():
-        tok = tokenizer()
-        model = build_tiny_target(arch, tok)
+        from transformers import AutoTokenizer
+
         out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
+        tok = tokenizer()
         tok.save_pretrained(out)
+        build_tiny_target(arch, tok).save_pretrained(out)
+        # Sized for the tokenizer as a user reloads it beside the model: the family's tokenizer class may add
+        # tokens (Qwen2's reloads with 401 of 400), and every id needs an embedding row.
+        reloaded = AutoTokenizer.from_pretrained(out)
+        if len(reloaded) != len(tok):
+            build_tiny_target(arch, reloaded).save_pretrained(out)
     return out
 
 
