@@ -41,7 +41,7 @@ from draftsmith.train.core.feature_cache import (
     write_json,
     write_shard,
 )
-from draftsmith.train.core.run_lock import RunLock
+from draftsmith.train.core.run_lock import main_process_lock
 
 SETTINGS_NAME = "settings.json"  # the header, written first: a resumed build must use the same settings
 # 65,536 tokens: for 4 layers of H = 4096, a 2 GiB bf16 shard, built in 4 GiB of float32 host memory.
@@ -201,12 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = PartialState(cpu=not torch.cuda.is_available())  # joins the launch's process group, if any
     out = Path(cfg.data.cache).expanduser()
     # One build per cache directory: a second `draftsmith cache` into it is refused while this one runs.
-    lock = RunLock(out, "caching") if state.is_main_process else None
-    if lock is not None:
-        lock.acquire()
-        if lock.notice:
-            print(lock.notice)
-    try:
+    with main_process_lock(out, "caching", state.is_main_process):
         planned = build_cache(
             method, cfg, args.storage, args.shard_tokens, args.batch_size, device=state.device,
             rank=state.process_index, world=state.num_processes, progress=state.is_local_main_process,
@@ -217,9 +212,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(summary(index))
             print(f"train from it with: draftsmith train {method} --config ... data.cache={out}")
         state.wait_for_everyone()
-    finally:
-        if lock is not None:
-            lock.release()
     return 0
 
 

@@ -21,7 +21,7 @@ from .data import DataBundle, build_datasets, load_cached_datasets
 from .distributed import make_accelerator, shard_frozen_target, shard_kind
 from .feature_cache import FeatureCache
 from .loop import LoopResult, Method, run_training
-from .run_lock import RunLock
+from .run_lock import main_process_lock
 
 
 def train_main(
@@ -61,17 +61,9 @@ def train_main(
     )
     set_seed(cfg.seed)
     # One writer per run directory: a second training (or a --resume while this one runs) is refused.
-    lock = RunLock(output_dir, "training") if accelerator.is_main_process else None
-    if lock is not None:
-        lock.acquire()
-        if lock.notice:
-            print(lock.notice)
-    try:
+    with main_process_lock(output_dir, "training", accelerator.is_main_process):
         return _train(cfg, args.resume, args.trust_pickle, accelerator, output_dir, prog, build_method, report,
                       cache_layers, save, offline_target_layers)  # fmt: skip
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def resume_before_overrides(argv: Sequence[str] | None) -> list[str]:

@@ -19,7 +19,6 @@ head recomputes the target's logits in the training step (H values per token ins
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 import logging
 import os
@@ -34,6 +33,7 @@ from safetensors.torch import save_file
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
+from draftsmith.models.checkpoint import sha256_file
 from draftsmith.models.target import FEATURE_PREFIX, LayerId, feature_key
 
 logger = logging.getLogger(__name__)
@@ -101,14 +101,6 @@ def plan_shards(lengths: Sequence[int], shard_tokens: int) -> list[tuple[int, in
 
 def shard_name(split: str, number: int) -> str:
     return f"{split}-{number:05d}"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_shard(

@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,16 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def main_process_lock(directory: str | Path, purpose: str, is_main: bool) -> Iterator[None]:
+    """Hold `directory`'s lock for the block on the main process of a launch (the other ranks write only what
+    the main one coordinates); prints the notice of a stale lock taken over."""
+    if not is_main:
+        yield
+        return
+    with RunLock(directory, purpose) as lock:
+        if lock.notice:
+            print(lock.notice)
+        yield
