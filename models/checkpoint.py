@@ -8,10 +8,12 @@ with and refuses a mismatch. Writes are atomic: a temporary sibling directory re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -95,13 +97,22 @@ def draftsmith_version() -> str:
         return "0.0.0+source"
 
 
-def atomic_write_dir(final_dir: Path) -> Path:
-    """A fresh temporary sibling of `final_dir`; pass it to `commit_dir` when everything is written."""
+@contextlib.contextmanager
+def atomic_dir(final_dir: Path) -> Iterator[Path]:
+    """`with atomic_dir(out) as tmp:` write into `tmp` (a fresh sibling of `out`; a leftover from a killed
+    write is cleared); on success `tmp` replaces `out` by a rename, so readers see the old or the new
+    directory, never half of one. On any failure (a full disk, a bug) `tmp` is removed and `out` is untouched."""
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = final_dir.with_name(final_dir.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    return tmp
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk gets its space back
+        raise
+    commit_dir(tmp, final_dir)
 
 
 def commit_dir(tmp: Path, final_dir: Path) -> None:
@@ -147,14 +158,13 @@ def save_drafter(
         **(model.extra_checkpoint_config() if hasattr(model, "extra_checkpoint_config") else {}),  # type: ignore[operator]
         **(extra or {}),
     }
-    tmp = atomic_write_dir(out)
     # Clone: safetensors refuses tensors that share storage, and a contiguous copy is what should ship.
     weights = model.state_dict() if state_dict is None else state_dict
     state = {k: v.detach().to("cpu").contiguous().clone() for k, v in weights.items()}
-    save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "kind": config["kind"]})
-    config["weights_sha256"] = record_hashes(tmp, [WEIGHTS_NAME])
-    (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    commit_dir(tmp, out)
+    with atomic_dir(out) as tmp:
+        save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "kind": config["kind"]})
+        config["weights_sha256"] = record_hashes(tmp, [WEIGHTS_NAME])
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return out
 
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 
-from .checkpoint import atomic_write_dir, commit_dir, draftsmith_version, record_hashes
+from .checkpoint import atomic_dir, draftsmith_version, record_hashes
 from .target import FrozenTarget, check_target_identity, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -177,12 +177,11 @@ def save_draft_lm(
     (draftsmith version, the target's identity, `extra` such as the training summary). Atomic.
     `state_dict`: the weights gathered from a sharded engine, written instead of the model's own."""
     out = Path(out)
-    tmp = atomic_write_dir(out)
-    model.save_pretrained(tmp, state_dict=state_dict)
-    target.tokenizer.save_pretrained(tmp)
-    weights = sorted(p.name for p in tmp.glob("model*.safetensors"))
-    metadata = {"draftsmith_version": draftsmith_version(), "kind": "draft_lm", "target": target.identity(),
-                "weights_sha256": record_hashes(tmp, weights), **(extra or {})}  # fmt: skip
-    (tmp / METADATA_NAME).write_text(json.dumps(metadata, indent=2) + "\n")
-    commit_dir(tmp, out)
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp, state_dict=state_dict)
+        target.tokenizer.save_pretrained(tmp)
+        weights = sorted(p.name for p in tmp.glob("model*.safetensors"))
+        metadata = {"draftsmith_version": draftsmith_version(), "kind": "draft_lm", "target": target.identity(),
+                    "weights_sha256": record_hashes(tmp, weights), **(extra or {})}  # fmt: skip
+        (tmp / METADATA_NAME).write_text(json.dumps(metadata, indent=2) + "\n")
     return out

@@ -28,9 +28,8 @@ def describe_os_error(err: OSError) -> str | None:
     where = Path(str(err.filename)) if err.filename else None
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         place = _existing_parent(where) if where else Path.cwd()
-        free = shutil.disk_usage(place).free / 1e9
-        return (f"no space left on {place} ({free:.1f} GB free) while writing {where or 'a file'}; free some space "
-                "or write elsewhere. Files written before this one are intact.")  # fmt: skip
+        free = format_bytes(shutil.disk_usage(place).free)
+        return f"no space left on {place} ({free} free) while writing {where or 'a file'}; free some space or write elsewhere"
     if err.errno == errno.EROFS:
         return f"{where or 'the output'} is on a read-only filesystem; choose a writable directory"
     if err.errno in (errno.EACCES, errno.EPERM) and where is not None:
@@ -71,15 +70,55 @@ def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | 
         message = one_line(err)
         if message is None or os.environ.get("DRAFTSMITH_DEBUG"):
             raise
+        _close_progress_bars()  # a bar left mid-line would swallow the start of the error line
         print(f"error: {message}", file=sys.stderr)
         print("(set DRAFTSMITH_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
+
+
+def _close_progress_bars() -> None:
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 def one_line(err: Exception) -> str | None:
     """The message to print for `err`, or None for a bug (which keeps its traceback)."""
     if isinstance(err, (ValueError, FileNotFoundError, UserError)):
         return str(err)
+    return disk_fault(err)
+
+
+def disk_fault(err: BaseException) -> str | None:
+    """One line for a full, read-only or unwritable disk, however the writer reported it; None otherwise."""
     if isinstance(err, OSError):
         return describe_os_error(err)
     return describe_wrapped_disk_error(err)
+
+
+class DiskFull(UserError):
+    """Not enough free space for what is about to be written (checked before writing it)."""
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # unreachable: the loop returns at GB
+
+
+def require_space(
+    directory: Path, needed: int, what: str, advice: str = "free some space or write elsewhere"
+) -> None:
+    """Refuse to start writing `what` (about `needed` bytes) into `directory` when its filesystem has less free.
+
+    Raises:
+        DiskFull: "no space left on <dir>: N free, <what> needs ~M".
+    """
+    free = shutil.disk_usage(_existing_parent(Path(directory))).free
+    if free < needed:
+        raise DiskFull(
+            f"no space left on {directory}: {format_bytes(free)} free, {what} needs ~{format_bytes(needed)}; {advice}"
+        )

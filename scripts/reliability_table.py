@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SUITES = ["tests/reliability", "tests/recipes/test_run_safety.py"]
+SUITES = ["tests/reliability", "tests/recipes/test_run_safety.py", "tests/recipes/test_mid_run_faults.py"]
 
 
 def run(out: Path) -> tuple[list[dict], list[tuple[str, str]]]:

@@ -37,7 +37,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from draftsmith.models.checkpoint import atomic_write_dir, commit_dir
+from draftsmith.models.checkpoint import atomic_dir
 from draftsmith.models.stdlib_corpus import stdlib_conversations
 from draftsmith.scripts.toy_tokenizer import END_TOKEN, SPECIAL_TOKENS, train_tokenizer
 
@@ -405,12 +405,10 @@ def _save(
 ) -> None:
     """Write to `<out_dir>.tmp`, then swap it in, so `out_dir` is never half-written."""
     _check_out_dir(out_dir, force)  # again: the directory may have appeared while we trained
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = atomic_write_dir(out_dir)  # a leftover from a killed build is cleared
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
     )
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "build.json").write_text(json.dumps(info, indent=2) + "\n")
-    commit_dir(tmp, out_dir)
+    with atomic_dir(out_dir) as tmp:  # a leftover from a killed build is cleared
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "build.json").write_text(json.dumps(info, indent=2) + "\n")

@@ -94,3 +94,14 @@ def tiny_toy_target(tmp_path_factory) -> Path:
     if not (out / "build.json").is_file():
         build_toy_target("tiny", out, seed=0, force=True, progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def straight(tiny_toy_target, tmp_path_factory):
+    """An uninterrupted short Medusa-1 run (tests/recipes/_run.py's `SHORT`): the oracle every interrupted and
+    resumed run of the run-safety tests must equal bit for bit."""
+    from _run import SHORT, run_recipe  # tests/recipes/, on the path while its tests run
+
+    out = tmp_path_factory.mktemp("straight") / "run"
+    run_recipe(tiny_toy_target, out, *SHORT)
+    return out

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from draftsmith.models.checkpoint import atomic_write_dir, commit_dir, draftsmith_version
+from draftsmith.models.checkpoint import atomic_dir, draftsmith_version
 
 # Layer-id conventions. draftsmith's canonical id c is transformers' hidden_states[c]: the pre-norm residual
 # stream entering decoder layer c (= the output of layer c - 1). Each engine names the same tensor as
@@ -332,9 +332,7 @@ def _check_vocab_map(
 def write_export(export: Export, out: str | Path, source: dict[str, Any], passed: list[str]) -> Path:
     """Write a validated export atomically (a temporary sibling renamed into place)."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = atomic_write_dir(out)
-    try:
+    with atomic_dir(out) as tmp:
         state = {k: v.detach().to("cpu").contiguous().clone() for k, v in export.tensors.items()}
         save_file(state, str(tmp / export.weights_file), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(export.config, indent=2, sort_keys=True) + "\n")
@@ -351,10 +349,4 @@ def write_export(export: Export, out: str | Path, source: dict[str, Any], passed
             "notes": export.notes,
         }
         (tmp / "draftsmith_export.json").write_text(json.dumps(info, indent=2) + "\n")
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    commit_dir(tmp, out)
     return out

@@ -81,3 +81,17 @@ def assert_runs_match(a_dir: Path, b_dir: Path, steps: int) -> None:
     assert wa.keys() == wb.keys()
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)
+
+
+# The run-safety cases: a short Medusa-1 run with a checkpoint every 2 of its 6 steps, each step logged.
+SHORT = ["train.max_steps=6", "checkpoint.every=2", "checkpoint.keep_last=3", "log.every=1"]
+
+
+def same_weights(a_run: Path, b_run: Path) -> bool:
+    """Two runs' final/ weights are bit-identical."""
+    import torch
+    from safetensors.torch import load_file
+
+    a = load_file(str(a_run / "final" / "model.safetensors"))
+    b = load_file(str(b_run / "final" / "model.safetensors"))
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

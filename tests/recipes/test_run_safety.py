@@ -12,30 +12,10 @@ import subprocess
 import sys
 
 import pytest
-import torch
-from _run import run_recipe
-from safetensors.torch import load_file
+from _run import SHORT, run_recipe, same_weights
 
 from draftsmith.train.core.metrics import read_metrics
 from draftsmith.train.core.run_lock import LOCK_NAME
-
-SHORT = ["train.max_steps=6", "checkpoint.every=2", "checkpoint.keep_last=3", "log.every=1"]
-
-
-def _weights(run) -> dict[str, torch.Tensor]:
-    return load_file(str(run / "final" / "model.safetensors"))
-
-
-def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
-@pytest.fixture(scope="module")
-def straight(tiny_toy_target, tmp_path_factory):
-    """An uninterrupted run: the oracle every resumed run must equal bit for bit."""
-    out = tmp_path_factory.mktemp("straight") / "run"
-    run_recipe(tiny_toy_target, out, *SHORT)
-    return out
 
 
 def _interrupted(straight, tmp_path, keep=("checkpoint-2", "checkpoint-4")):
@@ -62,7 +42,7 @@ def test_checkpoints_hold_only_safetensors_json_and_yaml_with_a_manifest(straigh
 def test_resume_from_the_safe_format_is_bit_identical(straight, tiny_toy_target, tmp_path):
     out = _interrupted(straight, tmp_path)
     run_recipe(tiny_toy_target, out, *SHORT, "--resume")
-    assert _same(_weights(out), _weights(straight))
+    assert same_weights(out, straight)
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl") if "train/loss" in r] == list(range(1, 7))
 
 
@@ -74,7 +54,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_newest_intact_one(straight, tiny
     weights.write_bytes(bytes(data))
     proc = run_recipe(tiny_toy_target, out, *SHORT, "--resume")
     assert "skipping damaged checkpoint-4" in proc.stdout and "sha256" in proc.stdout
-    assert _same(_weights(out), _weights(straight))  # resumed from step 2, still the same run
+    assert same_weights(out, straight)  # resumed from step 2, still the same run
 
 
 def test_a_named_damaged_checkpoint_is_refused_in_one_line(straight, tiny_toy_target, tmp_path):
@@ -131,7 +111,7 @@ def test_a_second_writer_is_refused_and_a_stale_lock_taken_over(straight, tiny_t
     (out / LOCK_NAME).write_text(json.dumps({**holder, "pid": int(dead.stdout)}))
     proc = run_recipe(tiny_toy_target, out, *SHORT, "--resume")
     assert "took over the stale lock" in proc.stdout
-    assert _same(_weights(out), _weights(straight)) and not (out / LOCK_NAME).exists()
+    assert same_weights(out, straight) and not (out / LOCK_NAME).exists()
 
 
 def test_a_partial_last_metrics_line_does_not_block_resume(straight, tiny_toy_target, tmp_path):

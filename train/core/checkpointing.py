@@ -6,6 +6,11 @@ accelerate's `save_state`, which pickles) plus `trainer_state.json` (step and da
 renamed when complete, so a run killed mid-write leaves either the previous checkpoints or the new one, never
 a half-written directory that resume would pick up; a checkpoint damaged later fails its manifest and
 `--resume` falls back to the newest intact one.
+
+Before writing, the free space is checked against what a checkpoint takes (the newest one's size, or an
+estimate from the drafter before the first): a full disk stops the run in one line with both figures, before
+anything is written. A disk that fills up (or turns read-only) during the write is reported the same way and
+the partial `.tmp` directory is removed, so the earlier checkpoints and the space they need stay intact.
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 from accelerate import Accelerator
 
 from draftsmith.models.checkpoint import commit_dir
-from draftsmith.models.errors import UserError
+from draftsmith.models.errors import DiskFull, UserError, disk_fault, format_bytes, require_space
 
 from .train_state import (
     FORMAT,
@@ -47,6 +54,35 @@ def list_checkpoints(output_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def estimate_checkpoint_bytes(output_dir: Path, model: torch.nn.Module) -> int:
+    """Bytes the next checkpoint will take: the newest checkpoint's size, or before the first one the trainable
+    weights three times over (the weights and AdamW's two moments), plus 1 MB for the JSON files."""
+    existing = list_checkpoints(output_dir)
+    if existing:
+        return sum(p.stat().st_size for p in existing[-1].rglob("*") if p.is_file())
+    return 3 * trainable_bytes(model) + 1_000_000
+
+
+def trainable_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the trainable parameters (what final/ holds; a frozen target inside the drafter is not saved)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def all_ranks(accelerator: Accelerator, work: Callable[[], None]) -> None:
+    """Run `work` on every rank and fail on every rank if it failed on any: a rank that raised alone would leave
+    the others waiting at the next barrier forever. The failing rank re-raises its own error."""
+    error: BaseException | None = None
+    try:
+        work()
+    except Exception as err:  # re-raised below, after the other ranks know
+        error = err
+    failed = accelerator.reduce(torch.tensor([float(error is not None)], device=accelerator.device), "sum")
+    if error is not None:
+        raise error
+    if float(failed.item()) > 0:
+        raise UserError("another process of this run failed while writing a checkpoint; its error is above")
+
+
 def save_checkpoint(
     accelerator: Accelerator,
     output_dir: Path,
@@ -60,23 +96,56 @@ def save_checkpoint(
     sharded: bool,
 ) -> Path:
     """Save the full training state at `step` (a collective call: every rank must enter it). `sharded`: the
-    drafter or its optimizer is split across ranks (FSDP / DeepSpeed), so accelerate writes it."""
+    drafter or its optimizer is split across ranks (FSDP / DeepSpeed), so accelerate writes it.
+
+    Raises:
+        DiskFull: too little free space for the checkpoint (nothing was written), or the disk filled up while
+            writing it (the partial checkpoint was removed).
+        UserError: the filesystem turned read-only or unwritable while writing.
+    """
     final = output_dir / f"checkpoint-{step}"
     tmp = output_dir / f"checkpoint-{step}.tmp"
-    if accelerator.is_main_process and tmp.exists():
-        shutil.rmtree(tmp)
-    accelerator.wait_for_everyone()
-    if sharded:
-        accelerator.save_state(str(tmp))
-    else:
-        save_training_state(tmp, accelerator.unwrap_model(model), optimizer, scheduler,
-                            accelerator.process_index, accelerator.is_main_process)  # fmt: skip
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        (tmp / STATE_NAME).write_text(json.dumps(trainer_state, indent=2) + "\n")
-        (tmp / "config.yaml").write_text(config_yaml)
-        write_manifest(tmp, PICKLED if sharded else FORMAT)
-    accelerator.wait_for_everyone()
+    needed = estimate_checkpoint_bytes(output_dir, accelerator.unwrap_model(model))
+
+    def prepare() -> None:
+        if accelerator.is_main_process:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            earlier = list_checkpoints(output_dir)
+            kept = f"{earlier[-1].name} and earlier are intact" if earlier else "no checkpoint was written yet"
+            require_space(output_dir, needed, f"checkpoint-{step}",
+                          f"nothing was written and {kept}: free some space and continue with --resume")  # fmt: skip
+
+    def write_state() -> None:
+        if sharded:
+            accelerator.save_state(str(tmp))
+        else:
+            save_training_state(tmp, accelerator.unwrap_model(model), optimizer, scheduler,
+                                accelerator.process_index, accelerator.is_main_process)  # fmt: skip
+
+    def write_records() -> None:
+        if accelerator.is_main_process:
+            (tmp / STATE_NAME).write_text(json.dumps(trainer_state, indent=2) + "\n")
+            (tmp / "config.yaml").write_text(config_yaml)
+            write_manifest(tmp, PICKLED if sharded else FORMAT)
+
+    all_ranks(accelerator, prepare)
+    try:
+        all_ranks(accelerator, write_state)
+        all_ranks(accelerator, write_records)
+    except Exception as err:
+        message = disk_fault(err)
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)  # frees what the partial write took
+        if message is None:
+            raise
+        earlier = list_checkpoints(output_dir)
+        kept = f"{earlier[-1].name} and earlier are intact" if earlier else "no earlier checkpoint was written"
+        size = f" (a checkpoint needs ~{format_bytes(needed)})" if message.startswith("no space") else ""
+        raise DiskFull(
+            f"writing checkpoint-{step} failed: {message}{size}; the partial checkpoint was removed and {kept}: "
+            "fix the disk and continue with --resume"
+        ) from err
     if accelerator.is_main_process:
         commit_dir(tmp, final)
         for old in list_checkpoints(output_dir)[:-keep_last] if keep_last > 0 else []:

@@ -79,7 +79,10 @@ class DataConfig:
     )
     cache_verify: bool = field(
         default=True,
-        metadata={"help": "Check every cache shard's sha256 before training (sizes are always checked)."},
+        metadata={
+            "help": "Check every cache shard's sha256 before training; false: check each shard when training "
+            "first reads it (starts at once on a large cache; a corrupt shard still stops the run)."
+        },
     )
 
     def __post_init__(self) -> None:

@@ -12,9 +12,11 @@ import yaml
 from accelerate.utils import set_seed
 
 from draftsmith.models.checkpoint import save_drafter
+from draftsmith.models.errors import DiskFull, disk_fault, require_space
 from draftsmith.models.serving import unserved_reason
 from draftsmith.models.target import FrozenTarget, LayerId, check_target_identity
 
+from .checkpointing import trainable_bytes
 from .config import config_yaml
 from .config_cli import make_parser, parse_args
 from .data import DataBundle, build_datasets, load_cached_datasets
@@ -140,18 +142,39 @@ def _train(
             "train": result.last_train,
             "recipe": yaml.safe_load(config_yaml(cfg)),  # the resolved recipe (the Hub card shows it)
         }
-        extra = {"training": summary}
-        if save is None:
-            final = save_drafter(
-                output_dir / "final", method.model, target.identity(), extra, state_dict=result.state_dict
-            )
-        else:
-            final = save(output_dir / "final", method.model, target, extra, state_dict=result.state_dict)
+        final = _save_final(output_dir, method, target, {"training": summary}, result, save)
         print(report(result, method))
         print(f"drafter checkpoint: {final}")
     accelerator.wait_for_everyone()
     accelerator.end_training()  # after final/ is written: never inside the loop
     return 0
+
+
+def _save_final(
+    output_dir: Path,
+    method: Method,
+    target: FrozenTarget,
+    extra: dict[str, Any],
+    result: LoopResult,
+    save: Callable[..., Path] | None,
+) -> Path:
+    """Write `final/` (main process), after checking the disk can hold it. A full or read-only disk is one line
+    saying that the last checkpoint holds the trained drafter and `--resume` writes `final/` from it."""
+    try:
+        weights = result.state_dict
+        needed = sum(t.numel() * t.element_size() for t in weights.values()) if weights else trainable_bytes(method.model)
+        require_space(output_dir, needed + 1_000_000, "final/")
+        if save is None:
+            return save_drafter(output_dir / "final", method.model, target.identity(), extra, state_dict=weights)
+        return save(output_dir / "final", method.model, target, extra, state_dict=weights)
+    except Exception as err:
+        message = str(err) if isinstance(err, DiskFull) else disk_fault(err)
+        if message is None:
+            raise
+        raise DiskFull(
+            f"writing final/ failed: {message}; checkpoint-{result.step} holds the trained drafter: fix the disk "
+            "and run the same command with --resume to write final/ from it"
+        ) from err
 
 
 def drafter_kind(model: Any) -> str:

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -190,6 +190,14 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _check_shard(shard: Path, entry: dict[str, Any]) -> None:
+    if sha256_file(shard) != entry["sha256"]:
+        raise CacheError(
+            f"cache shard {shard} is corrupt: its sha256 differs from the one recorded in {INDEX_NAME}; "
+            "delete it and its .json sidecar and run the same `draftsmith cache` command again"
+        )
+
+
 # --- reading --------------------------------------------------------------------------------------------
 
 
@@ -199,11 +207,15 @@ class FeatureCache:
 
     directory: Path
     index: dict[str, Any]
+    # Shards whose sha256 is still to be checked, each when a dataset first reads it (`verify=False`).
+    unverified: set[str] = field(default_factory=set)
 
     @classmethod
     def open(cls, directory: str | Path, verify: bool = True, progress: bool = True) -> FeatureCache:
-        """Read `index.json` and check every shard: present, of the recorded size (a truncated shard is
-        named), and with `verify` its sha256 (a corrupt one is named).
+        """Read `index.json` and check every shard: present and of the recorded size (a truncated shard is
+        named), and its sha256 (a corrupt one is named): all of them now with `verify`, otherwise each one
+        the first time training reads from it, so a large cache starts at once but no sample of a corrupt
+        shard is ever trained on.
 
         Raises:
             CacheError: naming the directory or shard and what to do.
@@ -241,13 +253,9 @@ class FeatureCache:
                 )
         if verify:
             for entry in tqdm(shards, desc="verify cache", unit="shard", disable=not progress):
-                shard = directory / entry["file"]
-                if sha256_file(shard) != entry["sha256"]:
-                    raise CacheError(
-                        f"cache shard {shard} is corrupt: its sha256 differs from the one recorded in {INDEX_NAME}; "
-                        "delete it and its .json sidecar and run the same `draftsmith cache` command again"
-                    )
-        return cls(directory, index)
+                _check_shard(directory / entry["file"], entry)
+            return cls(directory, index)
+        return cls(directory, index, {entry["file"] for entry in shards})
 
     @property
     def layers(self) -> list[LayerId]:
@@ -271,7 +279,9 @@ class FeatureCache:
             raise CacheError(
                 f"cache {self.directory} has no {split!r} split (has {sorted(self.index['splits'])})"
             )
-        return CachedFeatureDataset(self.directory, self.index["splits"][split]["shards"], self.layers, dtype)
+        return CachedFeatureDataset(
+            self.directory, self.index["splits"][split]["shards"], self.layers, dtype, self.unverified
+        )
 
 
 class CachedFeatureDataset(Dataset):
@@ -281,12 +291,18 @@ class CachedFeatureDataset(Dataset):
     """
 
     def __init__(
-        self, directory: Path, shards: list[dict[str, Any]], layers: list[LayerId], dtype: torch.dtype
+        self,
+        directory: Path,
+        shards: list[dict[str, Any]],
+        layers: list[LayerId],
+        dtype: torch.dtype,
+        unverified: set[str] | None = None,
     ):
         self.directory = directory
         self.shards = shards
         self.layers = layers
         self.dtype = dtype
+        self.unverified = unverified if unverified is not None else set()  # shared with the cache: checked once
         self._starts = [s["samples"][0] for s in shards]
         self._count = shards[-1]["samples"][1] if shards else 0
         self._handles: dict[int, Any] = {}
@@ -297,7 +313,11 @@ class CachedFeatureDataset(Dataset):
 
     def _open(self, k: int) -> tuple[Any, list[int], dict[str, torch.Tensor]]:
         if k not in self._handles:
-            handle = safe_open(str(self.directory / self.shards[k]["file"]), framework="pt")
+            entry = self.shards[k]
+            if entry["file"] in self.unverified:
+                _check_shard(self.directory / entry["file"], entry)
+                self.unverified.discard(entry["file"])
+            handle = safe_open(str(self.directory / entry["file"]), framework="pt")
             scales = {key: handle.get_tensor(key) for key in handle.keys() if key.endswith(".scale")}  # noqa: SIM118
             self._handles[k] = handle
             self._meta[k] = (handle.get_tensor("offsets").tolist(), scales)
@@ -321,4 +341,4 @@ class CachedFeatureDataset(Dataset):
 
     def tokens_only(self) -> CachedFeatureDataset:
         """The same samples without their features (cheap: for token statistics such as EAGLE-3's vocabulary)."""
-        return CachedFeatureDataset(self.directory, self.shards, [], self.dtype)
+        return CachedFeatureDataset(self.directory, self.shards, [], self.dtype, self.unverified)

@@ -22,7 +22,17 @@ from accelerate.logging import get_logger
 from torch import nn
 from tqdm.auto import tqdm
 
-from .checkpointing import checkpoint_format, read_trainer_state, resolve_resume, save_checkpoint
+from draftsmith.models.errors import require_space
+
+from .checkpointing import (
+    all_ranks,
+    checkpoint_format,
+    estimate_checkpoint_bytes,
+    read_trainer_state,
+    resolve_resume,
+    save_checkpoint,
+    trainable_bytes,
+)
 from .data import collate
 from .distributed import configure_deepspeed, shard_kind
 from .metrics import MetricsLog, MetricWindow, read_metrics
@@ -238,6 +248,13 @@ def run_training(
     resume_from, notice = resolve_resume(output_dir, resume, trust_pickle)
     if notice and accelerator.is_main_process:
         print(notice)
+
+    def preflight() -> None:  # hours of training must not end on a disk that cannot hold their result
+        if accelerator.is_main_process:
+            needed = estimate_checkpoint_bytes(output_dir, method.model) + trainable_bytes(method.model)
+            require_space(output_dir, needed, "a checkpoint and final/")
+
+    all_ranks(accelerator, preflight)
     schedule = StepSchedule(
         len(train_dataset),
         train.micro_batch_size,
@@ -306,7 +323,7 @@ def run_training(
         else:  # accelerate's pickles: allowed by --trust-pickle (resolve_resume checked)
             accelerator.load_state(str(resume_from))
         step = state["step"]
-        _truncate_metrics(output_dir / "metrics.jsonl", step, accelerator)
+        _truncate_metrics(output_dir / "metrics.jsonl", step, accelerator, finished=step >= total_steps)
         logger.info(f"resumed from {resume_from} at step {step}", main_process_only=True)
     if accelerator.is_main_process:
         (output_dir / "config.yaml").write_text(config_yaml)
@@ -442,8 +459,13 @@ def check_finite(
     )
 
 
-def _truncate_metrics(path: Path, step: int, accelerator: Accelerator) -> None:
-    """Drop records logged after the resumed checkpoint, so metrics.jsonl reads as one uninterrupted run."""
+def _truncate_metrics(path: Path, step: int, accelerator: Accelerator, finished: bool) -> None:
+    """Drop records logged after the resumed checkpoint, so metrics.jsonl reads as one uninterrupted run
+    (`finished`: the checkpoint is the last step's, whose held-out evaluation runs again after it)."""
+
+    def before(r: dict[str, Any]) -> bool:
+        return r["step"] < step or (r["step"] == step and not (finished and any(k.startswith("eval/") for k in r)))
+
     if accelerator.is_main_process and path.is_file():
-        kept = [r for r in read_metrics(path) if r["step"] <= step]
+        kept = [r for r in read_metrics(path) if before(r)]
         path.write_text("".join(json.dumps(r) + "\n" for r in kept))

@@ -33,3 +33,18 @@ def test_a_bug_keeps_its_traceback():
         run_main(_raise(KeyError("x")))
     with pytest.raises(RuntimeError):
         run_main(_raise(RuntimeError("shape mismatch")))
+
+
+def test_require_space_names_both_figures(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from draftsmith.models.errors import DiskFull, format_bytes, require_space
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 10**12 - 2_500_000_000, 2_500_000_000))
+    require_space(tmp_path / "run" / "not-yet", 2_400_000_000, "checkpoint-4")  # fits: no error
+    with pytest.raises(DiskFull) as err:
+        require_space(tmp_path / "run" / "not-yet", 3_000_000_000, "checkpoint-4")
+    assert str(err.value).startswith(f"no space left on {tmp_path}/run/not-yet: 2.5 GB free, checkpoint-4 needs ~3.0 GB")
+    assert [format_bytes(n) for n in (999, 1000, 1_234_567, 5 * 10**12)] == ["999 B", "1.0 KB", "1.2 MB", "5000.0 GB"]

@@ -112,7 +112,14 @@ def test_truncated_and_corrupt_shards_are_named(tiny_toy_target, tmp_path):
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, one flipped byte in the features
     shard.write_bytes(bytes(data))
-    FeatureCache.open(out, verify=False)  # sizes agree: only the checksum can tell
+    lazy = FeatureCache.open(out, verify=False)  # sizes agree: only the checksum can tell, checked on first read
+    train = lazy.dataset("train")
+    first_other = next(i for i in range(len(train)) if train.shards[1]["samples"][0] <= i)
+    train[0]  # shard 0 is intact: read
+    with pytest.raises(CacheError, match=r"train-00001\.safetensors is corrupt"):
+        train[first_other]  # no sample of the corrupt shard is ever returned
+    with pytest.raises(CacheError, match=r"train-00001\.safetensors is corrupt"):
+        lazy.dataset("train").tokens_only()[first_other]
     with pytest.raises(CacheError, match=r"train-00001\.safetensors is corrupt"):
         FeatureCache.open(out)
     shard.write_bytes(bytes(data[:-100]))
