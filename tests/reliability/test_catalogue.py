@@ -175,7 +175,57 @@ CASES: dict[str, tuple[Callable[[World], list[str]], str]] = {
     "export-to-a-fine-tune-of-the-target": (lambda w: ["export", str(w.drafter), "--to", "vllm", "--out",
                                                        f"{w.root}/exp7", "--target", str(_fine_tune(w))],
                                             "weights_sha256"),
+    # ---- offline feature caches ------------------------------------------------------------------------------
+    "train-on-a-corrupt-cache": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
+                                            f"target.path={w.target}", f"data.cache={_corrupt_cache(w)}",
+                                            f"output_dir={w.root.parent}/out-corrupt-cache"], "is corrupt"),
+    "train-on-a-corrupt-cache-unverified": (
+        lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml", f"target.path={w.target}",
+                   f"data.cache={_corrupt_cache(w)}", "data.cache_verify=false", "train.max_steps=4",
+                   f"output_dir={w.root.parent}/out-corrupt-cache-unverified"], "is corrupt"),
+    "train-on-a-truncated-cache": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
+                                              f"target.path={w.target}", f"data.cache={_truncated_cache(w)}",
+                                              f"output_dir={w.root.parent}/out-truncated-cache"], "is truncated"),
+    "train-on-a-cache-of-another-target": (
+        lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml", f"target.path={_fine_tune(w)}",
+                   f"data.cache={_cache(w)}", f"output_dir={w.root.parent}/out-other-cache"], "weights_sha256"),
 }  # fmt: skip
+
+CACHE_DATA = ["data.max_samples=16", "data.eval_max_samples=4", "data.max_len=128"]
+
+
+def _cache(w: World) -> Path:
+    """A Medusa feature cache of the tiny target, built once (several train shards)."""
+    out = w.root / "cache"
+    if not (out / "index.json").is_file():
+        code = cli(["cache", "medusa", "--config", "recipes/medusa/tiny.yaml", f"target.path={w.target}",
+                    f"data.cache={out}", "--shard-tokens", "300", *CACHE_DATA])  # fmt: skip
+        assert code == 0
+    return out
+
+
+def _damaged_cache(w: World, name: str, damage: Callable[[bytearray], bytes]) -> Path:
+    out = w.root / name
+    if not out.exists():
+        shutil.copytree(_cache(w), out)
+        shards = sorted(out.glob("train-*.safetensors"))
+        assert len(shards) >= 2
+        for shard in shards:  # every train shard: whichever the first step reads is damaged
+            shard.write_bytes(damage(bytearray(shard.read_bytes())))
+    return out
+
+
+def _flip_middle(data: bytearray) -> bytes:
+    data[len(data) // 2] ^= 0xFF  # same size: only the sha256 can tell
+    return bytes(data)
+
+
+def _corrupt_cache(w: World) -> Path:
+    return _damaged_cache(w, "cache-corrupt", _flip_middle)
+
+
+def _truncated_cache(w: World) -> Path:
+    return _damaged_cache(w, "cache-truncated", lambda data: bytes(data[:-100]))
 
 
 def _old_run(w: World) -> Path:
