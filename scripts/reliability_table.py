@@ -37,24 +37,32 @@ def run(out: Path) -> tuple[list[dict], list[tuple[str, str]]]:
     return rows, outcomes
 
 
+# The run-safety tests whose run (resumed, or run beside another writer) is compared bit for bit with the
+# uninterrupted one.
+RESUMING = (
+    "test_resume_from", "test_a_damaged_checkpoint_falls", "test_a_second_writer", "test_a_partial_last",
+    "test_a_kill", "test_a_second_training", "test_two_trainings", "test_a_disk", "test_a_filesystem",
+)  # fmt: skip
 _TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/catalogue\d+")
 
 
 def table(rows: list[dict], outcomes: list[tuple[str, str]]) -> str:
     out = ["| case | exit | what the user reads (one line) | nothing changed |", "|---|---|---|---|"]
     for r in rows:
-        line = r["error"].replace("|", "\\\\|")
+        line = _TMP.sub("DIR", r["error"]).replace("|", "\\\\|")  # the case's temporary directory as DIR
         line = line if len(line) <= 140 else line[:137] + "..."
         out.append(f"| {r['case']} | {r['exit']} | {line} | {'yes' if r['unchanged'] else 'NO'} |")
     safety = [(n, o) for n, o in outcomes if not n.startswith("test_fault_is_one_clear_line")]
     out += ["", "| run-safety test (a training run through the CLI) | outcome |", "|---|---|"]
     out += [f"| {name} | {outcome} |" for name, outcome in safety]
     passed = sum(o == "passed" for _, o in outcomes)
+    resumes = [o for n, o in safety if n.startswith(RESUMING)]
     clear = sum(1 for r in rows if r["exit"] != 0 and not r["traceback"])
     out += ["", f"Totals: {len(outcomes)} cases ({len(rows)} command-line faults + {len(safety)} run-safety "
             f"tests), {passed} passed; {clear} of {len(rows)} command-line faults end in one clear line with a "
             f"non-zero exit; silent results (exit 0): {sum(r['exit'] == 0 for r in rows)}; data changed: "
-            f"{sum(not r['unchanged'] for r in rows)}."]  # fmt: skip
+            f"{sum(not r['unchanged'] for r in rows)}; runs that must equal the uninterrupted run bit for bit: "
+            f"{sum(o == 'passed' for o in resumes)} of {len(resumes)}."]  # fmt: skip
     return "\n".join(out)
 
 
