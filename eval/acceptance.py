@@ -159,14 +159,14 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
     """
     from tqdm.auto import tqdm
 
+    from draftsmith.data.chat_render import render_prompt
+    from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
     from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
     from draftsmith.eval.drafters import load_drafter_spec
     from draftsmith.eval.drift import adapted_target, adapter_dir, adapter_drift
     from draftsmith.eval.report import TurnResult, per_prompt_rows, summarize
     from draftsmith.eval.sampling import Sampling
     from draftsmith.eval.tree import parse_tree
-    from draftsmith.models.chat_render import render_prompt
-    from draftsmith.models.conversations import prompt_turns, read_conversations, with_answers
     from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
 
     sampling = Sampling(args.temperature, args.top_p, args.top_k)

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .errors import UserError
-from .registry import drafter_class
+from .families import drafter_class
 from .target import FrozenTarget, check_target_identity
 
 FORMAT_VERSION = 1

@@ -23,7 +23,6 @@ import torch
 from torch import nn
 
 from .draft_layer import DraftLayer
-from .registry import register_drafter
 
 
 @dataclass
@@ -143,7 +142,6 @@ class _EagleBase(DrafterOnTarget):
     config: EagleConfig
 
 
-@register_drafter("eagle")
 class Eagle1Draft(_EagleBase):
     """EAGLE-1 drafter.
 
@@ -152,6 +150,8 @@ class Eagle1Draft(_EagleBase):
         target_config: the target's transformers config (layer shape, rotary settings).
         vocab_size: the target's vocabulary size (EAGLE-1 uses the target's LM head, so the full vocabulary).
     """
+
+    kind = "eagle"  # its record in models/families.py
 
     feature_layers = ("final",)
 

@@ -28,7 +28,6 @@ from torch import nn
 from transformers import DynamicCache
 
 from .eagle import DraftLayer, EagleConfig, _EagleBase
-from .registry import register_drafter
 from .ttt_attention import TTT_PATTERN, TTTPattern
 
 
@@ -72,7 +71,6 @@ def shift_left(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x[:, 1:], torch.zeros_like(x[:, :1])], dim=1)
 
 
-@register_drafter("eagle3")
 class Eagle3Draft(_EagleBase):
     """EAGLE-3 drafter.
 
@@ -81,6 +79,8 @@ class Eagle3Draft(_EagleBase):
         target_config: the target's transformers config.
         draft_vocab_size: size of the reduced vocabulary (the target's vocabulary size for none).
     """
+
+    kind = "eagle3"  # its record in models/families.py
 
     d2t: torch.Tensor
     t2d: torch.Tensor

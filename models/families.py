@@ -58,9 +58,18 @@ class Family:
 
 _M, _E, _S = "draftsmith.models", "draftsmith.eval.drafters", "draftsmith.ship.layouts"
 
-FAMILIES: dict[str, Family] = {
-    f.kind: f
-    for f in (
+def index(families: tuple[Family, ...]) -> dict[str, Family]:
+    """Kind -> record; a kind registered twice raises ValueError."""
+    out: dict[str, Family] = {}
+    for f in families:
+        if f.kind in out:
+            raise ValueError(f"drafter kind {f.kind!r} is registered twice in models/families.py")
+        out[f.kind] = f
+    return out
+
+
+FAMILIES: dict[str, Family] = index(
+    (
         Family(
             kind="medusa", title="Medusa heads", tags=("medusa",),
             module=f"{_M}.medusa:MedusaHeads", config=f"{_M}.medusa:MedusaConfig",
@@ -108,7 +117,7 @@ FAMILIES: dict[str, Family] = {
                         for e in ENGINES}},
         ),
     )
-}  # fmt: skip
+)  # fmt: skip
 
 
 def family(kind: str) -> Family:

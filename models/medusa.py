@@ -15,8 +15,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from .registry import register_drafter
-
 
 @dataclass
 class MedusaConfig:
@@ -63,7 +61,6 @@ class ResBlock(nn.Module):
         return x + self.act(self.linear(x))
 
 
-@register_drafter("medusa")
 class MedusaHeads(nn.Module):
     """K Medusa heads over the target's `final` features.
 
@@ -72,6 +69,8 @@ class MedusaHeads(nn.Module):
         hidden_size: the target's hidden size H.
         vocab_size: the target's vocabulary size V.
     """
+
+    kind = "medusa"  # its record in models/families.py
 
     feature_layers = ("final",)
 

@@ -38,7 +38,6 @@ from torch import nn
 
 from .draft_layer import draft_layer_config
 from .eagle import DrafterOnTarget, FrozenParts, causal_mask
-from .registry import register_drafter
 
 
 @dataclass
@@ -125,7 +124,6 @@ class MTPModule(nn.Module):
         return out[0] if isinstance(out, tuple) else out
 
 
-@register_drafter("mtp")
 class MTPDraft(DrafterOnTarget):
     """D MTP modules sharing the target's frozen embedding and LM head (attached, never saved).
 
@@ -134,6 +132,8 @@ class MTPDraft(DrafterOnTarget):
         target_config: the target's transformers config (block shape, rotary settings).
         vocab_size: the target's vocabulary size (the head is the target's).
     """
+
+    kind = "mtp"  # its record in models/families.py
 
     def __init__(self, config: MTPConfig, target_config: Any, vocab_size: int):
         super().__init__()

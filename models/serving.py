@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .families import family
+
 NATIVE_MTP = {  # target model_type -> the native MTP layout engines load
     "deepseek_v3": "nextn",
     "qwen3_next": "qwen3-mtp",
@@ -24,12 +26,6 @@ NATIVE_MTP = {  # target model_type -> the native MTP layout engines load
     "qwen3_5": "qwen3-mtp",
 }
 
-_ANY_TARGET = {
-    "medusa": ("vllm", "tgi"),
-    "eagle": ("vllm", "sglang"),
-    "eagle3": ("vllm", "sglang"),
-    "draft_lm": ("vllm", "sglang"),
-}
 
 SUMMARY = (
     "Medusa: vLLM, TGI (any target); EAGLE-1 / EAGLE-3: vLLM, SGLang (any target; EAGLE-3 with the qwen3 draft "
@@ -47,13 +43,12 @@ def model_type(target_config: Any) -> str:
 def serving_engines(kind: str, target_config: Any, draft_layer: str = "llama") -> tuple[str, ...]:
     """The engines that load a drafter of `kind` (with its `draft_layer`, EAGLE-3 only) for a target of
     `target_config` (empty: none)."""
+    engines = tuple(e for e in family(kind).layouts if e != "hf")  # unknown kinds raise, listing the known
     if kind == "eagle3" and draft_layer == "qwen3":
         return ("vllm",)
-    if kind == "mtp":
-        return ("vllm", "sglang") if model_type(target_config) in NATIVE_MTP else ()
-    if kind not in _ANY_TARGET:
-        raise ValueError(f"unknown drafter kind {kind!r}; known: {', '.join([*_ANY_TARGET, 'mtp'])}")
-    return _ANY_TARGET[kind]
+    if kind == "mtp" and model_type(target_config) not in NATIVE_MTP:
+        return ()
+    return engines
 
 
 def unserved_reason(kind: str, target_config: Any) -> str | None:

@@ -358,7 +358,7 @@ def find_decoder(model: Any) -> Any:
     return decoder
 
 
-FEATURE_PREFIX = "feat."  # batch keys of features read from an offline cache (train/core/feature_cache.py)
+FEATURE_PREFIX = "feat."  # batch keys of features read from an offline cache (train/cache/store.py)
 
 
 def feature_key(lid: LayerId) -> str:

@@ -30,13 +30,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from draftsmith.models.errors import run_main
-
-TRAIN_METHODS: dict[str, str] = {
-    "medusa": "draftsmith.train.medusa",
-    "eagle": "draftsmith.train.eagle",
-    "distill": "draftsmith.train.distill",
-    "mtp": "draftsmith.train.mtp",
-}
+from draftsmith.train.methods import TRAIN_METHODS
 
 
 def _train(argv: Sequence[str]) -> int:
@@ -61,11 +55,11 @@ def _data(argv: Sequence[str]) -> int:
         print("`draftsmith data ACTION --help` explains each action.")
         return 0 if argv else 2
     if argv[0] == "inspect":
-        from draftsmith.scripts.inspect_data import main as inspect_main
+        from draftsmith.scripts.data.inspect import main as inspect_main
 
         return inspect_main(list(argv[1:]))
     if argv[0] == "regenerate":
-        from draftsmith.scripts.regenerate import main as regenerate_main
+        from draftsmith.scripts.data.regenerate import main as regenerate_main
 
         return regenerate_main(list(argv[1:]))
     print(f"draftsmith data: unknown action {argv[0]!r}; available: inspect, regenerate")
@@ -73,13 +67,13 @@ def _data(argv: Sequence[str]) -> int:
 
 
 def _cache(argv: Sequence[str]) -> int:
-    from draftsmith.scripts.cache_hidden_states import main as cache_main
+    from draftsmith.train.cache.build import main as cache_main
 
     return cache_main(list(argv))
 
 
 def _build_target(argv: Sequence[str]) -> int:
-    from draftsmith.scripts import build_toy_target
+    from draftsmith.toy import build as build_toy_target
 
     parser = argparse.ArgumentParser(prog="draftsmith build-target", description=build_toy_target.__doc__)
     build_toy_target.add_arguments(parser)
@@ -93,19 +87,19 @@ def _eval(argv: Sequence[str]) -> int:
 
 
 def _gate(argv: Sequence[str]) -> int:
-    from draftsmith.scripts.gate import main as gate_main
+    from draftsmith.eval.gate import main as gate_main
 
     return gate_main(list(argv))
 
 
 def _export(argv: Sequence[str]) -> int:
-    from draftsmith.scripts.export import main as export_main
+    from draftsmith.ship.export import main as export_main
 
     return export_main(list(argv))
 
 
 def _push(argv: Sequence[str]) -> int:
-    from draftsmith.scripts.push import main as push_main
+    from draftsmith.ship.push import main as push_main
 
     return push_main(list(argv))
 

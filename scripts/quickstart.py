@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from draftsmith.scripts.toy_target import build_toy_target
+    from draftsmith.toy.target import build_toy_target
     from draftsmith.train import medusa
 
     t0 = time.perf_counter()

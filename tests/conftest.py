@@ -12,6 +12,8 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # bench/ (benchmarks and peer harnesses) is run from a checkout, not installed
+    sys.path.insert(0, str(REPO))
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -30,7 +32,7 @@ def toy_tokenizer():
     import json
     import textwrap
 
-    from draftsmith.scripts.toy_tokenizer import train_tokenizer
+    from draftsmith.toy.tokenizer import train_tokenizer
 
     texts = [inspect.getsource(m) for m in (json, textwrap, inspect)]
     return train_tokenizer(texts, vocab_size=400)
@@ -74,9 +76,9 @@ def saved_tiny_target(tiny_random_target, tmp_path_factory):
 
 
 def _toy_source_hash() -> str:
-    import draftsmith.models.stdlib_corpus as corpus
-    import draftsmith.scripts.toy_target as toy
-    import draftsmith.scripts.toy_tokenizer as tok
+    import draftsmith.data.stdlib_corpus as corpus
+    import draftsmith.toy.target as toy
+    import draftsmith.toy.tokenizer as tok
 
     h = hashlib.sha256(sys.version.encode())
     for mod in (corpus, toy, tok):
@@ -87,7 +89,7 @@ def _toy_source_hash() -> str:
 @pytest.fixture(scope="session")
 def tiny_toy_target(tmp_path_factory) -> Path:
     """The `tiny` toy target, built once per source version (cached under $DRAFTSMITH_CACHE)."""
-    from draftsmith.scripts.toy_target import build_toy_target
+    from draftsmith.toy.target import build_toy_target
 
     cache = Path(os.environ.get("DRAFTSMITH_CACHE", Path.home() / ".cache" / "draftsmith"))
     out = cache / "test-targets" / f"tiny-seed0-{_toy_source_hash()}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from draftsmith.models.checkpoint import TRAINER_STATE, read_json, verify_hashes
 from draftsmith.models.draft_lm import load_draft_lm
+from draftsmith.models.families import family
 from draftsmith.models.target import FrozenTarget
 
 from .base import Drafter
@@ -85,13 +86,6 @@ def _draftsmith_checkpoint(path: Path, target: FrozenTarget) -> Drafter:
     from draftsmith.models.checkpoint import load_drafter
 
     model, config = load_drafter(path, target, device=target.device)
-    model = model.to(target.model.dtype)
-    if config["kind"] == "medusa":
-        return MedusaDrafter(model)
-    if config["kind"] in ("eagle", "eagle3"):
-        return EagleDrafter(model)
-    if config["kind"] == "mtp":
-        return MTPDrafter(model)
-    raise ValueError(
-        f"{path}: drafter kind {config['kind']!r} has no evaluator support in this draftsmith version"
-    )
+    adapter = family(config["kind"]).resolve("drafter")  # eval/drafters/<family>.py, from the family's record
+    drafter: Drafter = adapter(model.to(target.model.dtype))
+    return drafter

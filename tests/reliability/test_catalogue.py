@@ -302,7 +302,7 @@ def test_fault_is_one_clear_line_and_changes_nothing(case, world, capsys, monkey
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:") or ": error: " in line]
     unchanged = _snapshot(world.root) == before
-    record = os.environ.get("DRAFTSMITH_CATALOGUE")  # scripts/reliability_table.py collects the outcomes
+    record = os.environ.get("DRAFTSMITH_CATALOGUE")  # bench/reliability_table.py collects the outcomes
     if record:
         with open(record, "a") as f:
             f.write(json.dumps({"case": case, "exit": code, "error": errors[0] if errors else err[-200:],

@@ -1,4 +1,4 @@
-"""Every architecture people serve drafters for, at tiny size with random weights (scripts/tiny_targets.py).
+"""Every architecture people serve drafters for, at tiny size with random weights (toy/tiny_targets.py).
 
 Oracles: the model's own forward (`model(...).logits`, `output_hidden_states`), plain greedy decoding, the
 target drafting for itself (accepted with probability 1 at any temperature), and each engine layout's
@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 
+from bench import arch_matrix
 from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
 from draftsmith.eval.drafters import EagleDrafter, LMDrafter, MTPDrafter, NgramDrafter
 from draftsmith.eval.sampling import Sampling
@@ -21,8 +22,7 @@ from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft
 from draftsmith.models.mtp import MTPConfig, MTPDraft
 from draftsmith.models.target import FrozenTarget
-from draftsmith.scripts import arch_matrix
-from draftsmith.scripts.tiny_targets import ARCHITECTURES, available, build_tiny_target
+from draftsmith.toy.tiny_targets import ARCHITECTURES, available, build_tiny_target
 
 ARCHS = [a for a in ARCHITECTURES if available(a)]
 LINEAR = ("qwen3_next", "qwen3_5")  # hybrid linear-attention targets: chains only
@@ -269,7 +269,7 @@ def test_real_target_recipe_runs_on_its_architecture_at_tiny_size(recipe, tokeni
     import importlib
 
     from draftsmith.recipes import __file__ as recipes_init
-    from draftsmith.scripts.export import main as export_main
+    from draftsmith.ship.export import main as export_main
     from draftsmith.train.core.metrics import read_metrics
 
     path = tmp_path / "target"

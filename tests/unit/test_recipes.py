@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from importlib.resources import files
 from pathlib import Path
 
 from draftsmith.train.core.config import load_config
-from draftsmith.train.distill import DistillRecipe
-from draftsmith.train.eagle import EagleRecipe
-from draftsmith.train.medusa import MedusaRecipe
-from draftsmith.train.mtp import MTPRecipe
+from draftsmith.train.methods import TRAIN_METHODS
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPE_CLASSES = {"medusa": MedusaRecipe, "eagle": EagleRecipe, "distill": DistillRecipe, "mtp": MTPRecipe}
+RECIPE_CLASSES = {method: importlib.import_module(module).RECIPE for method, module in TRAIN_METHODS.items()}
 # Update when adding a recipe: a glob that silently finds fewer files than exist must fail.
 EXPECTED_RECIPES = 15
 ACCELERATE = REPO / "recipes" / "accelerate"  # launch configs, not method recipes

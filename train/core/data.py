@@ -21,8 +21,8 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from draftsmith.models.chat_render import render_conversation
-from draftsmith.models.conversations import FORMATS, Conversation, read_conversations
+from draftsmith.data.chat_render import render_conversation
+from draftsmith.data.conversations import FORMATS, Conversation, read_conversations
 
 logger = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.errors import DiskFull, disk_fault, require_space
 from draftsmith.models.serving import unserved_reason
 from draftsmith.models.target import FrozenTarget, LayerId, check_target_identity
+from draftsmith.train.cache.store import FeatureCache
 
 from .checkpointing import trainable_bytes
 from .config import config_yaml
 from .config_cli import make_parser, parse_args
 from .data import DataBundle, build_datasets, load_cached_datasets
 from .distributed import make_accelerator, shard_frozen_target, shard_kind
-from .feature_cache import FeatureCache
 from .loop import LoopResult, Method, run_training
 from .run_lock import main_process_lock
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from draftsmith.data.conversations import with_answers
 from draftsmith.eval.acceptance import main
 from draftsmith.models.checkpoint import save_drafter
-from draftsmith.models.conversations import with_answers
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.target import FrozenTarget, TargetConfig
 

@@ -7,13 +7,13 @@ import json
 import pytest
 import torch
 
+from draftsmith.data.chat_render import render_prompt
+from draftsmith.data.conversations import prompt_turns, read_conversations
 from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
 from draftsmith.eval.drafters import EagleDrafter, LMDrafter, MedusaDrafter, MTPDrafter, NgramDrafter
 from draftsmith.eval.report import TurnResult, summarize
 from draftsmith.eval.sampling import Sampling
 from draftsmith.eval.tree import parse_tree
-from draftsmith.models.chat_render import render_prompt
-from draftsmith.models.conversations import prompt_turns, read_conversations
 from draftsmith.models.draft_lm import draft_from_target
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft

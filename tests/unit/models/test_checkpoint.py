@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from draftsmith.models.checkpoint import load_drafter, read_drafter_config, save_drafter
+from draftsmith.models.families import FAMILIES, drafter_class, index
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
-from draftsmith.models.registry import drafter_class, register_drafter
 from draftsmith.models.target import FrozenTarget
 
 
@@ -48,10 +48,10 @@ def test_not_a_checkpoint(tmp_path):
 
 def test_registry():
     assert drafter_class("medusa") is MedusaHeads
-    with pytest.raises(ValueError, match="known kinds: eagle, eagle3, medusa"):
+    with pytest.raises(ValueError, match="known kinds: draft_lm, eagle, eagle3, medusa, mtp, ngram"):
         drafter_class("nope")
-    with pytest.raises(ValueError, match="already registered"):
-        register_drafter("medusa")(type("Other", (), {}))
+    with pytest.raises(ValueError, match="registered twice"):
+        index((FAMILIES["medusa"], FAMILIES["medusa"]))
 
 
 def test_eagle3_round_trip_keeps_vocab_map_and_reattaches_the_target(tiny_random_target, tmp_path):
@@ -84,7 +84,7 @@ def test_one_flipped_byte_in_the_weights_is_refused_by_load_export_and_eval(tmp_
     """config.json records the weights' sha256; loading (eval, push) and export check it."""
     from draftsmith.eval.drafters import load_drafter_spec
     from draftsmith.models.checkpoint import DamagedFile
-    from draftsmith.scripts.export import read_source
+    from draftsmith.ship.export import read_source
 
     out = _saved_heads(tiny_random_target, tmp_path / "final")
     weights = out / "model.safetensors"

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from draftsmith.models.chat_render import render_conversation
-from draftsmith.models.conversations import read_conversations
+from draftsmith.data.chat_render import render_conversation
+from draftsmith.data.conversations import read_conversations
+from draftsmith.scripts.data.inspect import highlight_trained, inspect_data
 from draftsmith.train.core.data import (
     DataConfig,
     DataStats,
@@ -18,7 +19,6 @@ from draftsmith.train.core.data import (
     collate,
     split_heldout,
 )
-from draftsmith.train.core.data_inspect import highlight_trained, inspect_data
 
 
 def write_jsonl(path: Path, records: list[dict]) -> str:

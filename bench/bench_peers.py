@@ -1,0 +1,193 @@
+"""draftsmith's EAGLE-3 against peers' EAGLE-3, trained alike and measured by the same evaluator.
+
+    python -m bench.bench_peers --target DIR --out DIR \
+        --modelopt-python /tmp/peers/venv/bin/python --speculators-python /tmp/peers/spec-venv/bin/python
+
+Peers live in their own virtual environments (never dependencies of draftsmith); this script drives them
+through `scripts/peers/*.py` with each environment's python:
+- NVIDIA ModelOpt 0.47: `pip install torch==2.13.0 "transformers<5.15" "nvidia-modelopt==0.47.*" requests
+  accelerate datasets`.
+- vLLM speculators 0.9: `pip install torch==2.13.0 transformers==5.19.0 "datasets<=5.1" accelerate` plus
+  speculators' pure-python requirements, then `pip install --no-deps speculators==0.9.0` (it requires
+  torchvision / torchaudio, which have no CPU build here and which its EAGLE-3 trainer never imports).
+  Trained twice: with its default optimizer (Muon) and with AdamW (draftsmith's). Its 0.9 default
+  architecture adds three norms that EAGLE-3 does not have; the driver trains the EAGLE-3 architecture
+  (`--arch classic`), the one the converter can map (bench/peers/speculators_eagle3.py explains).
+
+Both see the same target, the same training samples (draftsmith's pipeline renders and truncates them; the
+peer gets the token ids and answer masks as JSONL, padded to one length as ModelOpt requires), the same
+number of optimizer steps, batch size, learning-rate peak, TTT depth and draft-vocabulary size. Each keeps
+its own loss weighting and vocabulary selection. The peer's export is converted (bench/convert_peers.py)
+and both drafters are measured by draftsmith's evaluator on the same held-out prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def export_training_data(target: Any, out: Path, max_len: int, max_samples: int) -> tuple[Path, int, int]:
+    """draftsmith's training samples as JSONL {input_ids, loss_mask}; returns (path, samples, answer tokens)."""
+    from draftsmith.train.core.data import DataConfig, build_datasets
+
+    data = build_datasets(
+        DataConfig(train=["stdlib:train"], eval=["stdlib:heldout"], max_len=max_len, max_samples=max_samples),
+        target.tokenizer,
+        seed=0,
+        progress=False,
+    )
+    path = out / "train.jsonl"
+    answer_tokens = 0
+    with path.open("w") as f:
+        for i in range(len(data.train)):
+            s = data.train[i]
+            ids = [int(t) for t in s["input_ids"]]
+            mask = [int(m) for m in s["loss_mask"]]
+            answer_tokens += sum(mask)
+            f.write(json.dumps({"input_ids": ids, "loss_mask": mask}) + "\n")
+    return path, len(data.train), answer_tokens
+
+
+PEERS: dict[str, dict[str, Any]] = {
+    "modelopt": {"python": "modelopt_python", "script": "modelopt_eagle3.py", "args": []},
+    "speculators-muon": {"python": "speculators_python", "script": "speculators_eagle3.py",
+                         "args": ["--optimizer", "muon", "--arch", "classic"]},
+    "speculators-adamw": {"python": "speculators_python", "script": "speculators_eagle3.py",
+                          "args": ["--optimizer", "adamw", "--arch", "classic"]},
+}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--target", required=True, help="toy target directory (small preset)")
+    parser.add_argument("--modelopt-python", help="python of the ModelOpt virtual environment")
+    parser.add_argument("--speculators-python", help="python of the speculators virtual environment")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--max-len", type=int, default=384)
+    parser.add_argument("--max-samples", type=int, default=2400)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--ttt-steps", type=int, default=7)
+    parser.add_argument("--draft-vocab-size", type=int, default=1024)
+    parser.add_argument("--num-prompts", type=int, default=20)
+    parser.add_argument(
+        "--train", default="all",
+        help="comma-separated drafters to (re)train (draftsmith, modelopt, speculators-muon, speculators-adamw), "
+        "'all' (default) or 'none': the others are reused from --out",
+    )  # fmt: skip
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    from bench.convert_peers import modelopt_eagle3, speculators_eagle3
+    from draftsmith.eval.acceptance import EvalArgs, evaluate
+    from draftsmith.eval.drafters import load_drafter_spec
+    from draftsmith.models.target import FrozenTarget, TargetConfig
+    from draftsmith.train import eagle as eagle_recipe
+    from draftsmith.train.core.metrics import read_metrics
+
+    peers = {name: p for name, p in PEERS.items() if getattr(args, p["python"])}
+    if not peers:
+        parser.error("pass --modelopt-python and/or --speculators-python (the peers' virtual environments)")
+    target = FrozenTarget.load(TargetConfig(path=args.target))
+    data, samples, answer_tokens = export_training_data(target, args.out, args.max_len, args.max_samples)
+    steps = samples // args.batch_size  # one epoch, as the draftsmith toy recipe
+    print(
+        f"training data: {samples} samples, {answer_tokens} answer tokens, {steps} steps of {args.batch_size}"
+    )
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    train = set(PEERS) | {"draftsmith"} if args.train == "all" else set(args.train.split(",")) - {"none"}
+    unknown = train - set(PEERS) - {"draftsmith"}
+    if unknown:
+        parser.error(f"--train: unknown drafters {sorted(unknown)}")
+    for name, peer in peers.items():
+        if name in train:
+            cmd = [
+                getattr(args, peer["python"]), str(REPO / "scripts" / "peers" / peer["script"]),
+                "--model", args.target, "--data", str(data), "--out", str(args.out / name), "--steps", str(steps),
+                "--seq-len", str(args.max_len), "--ttt-steps", str(args.ttt_steps),
+                "--draft-vocab-size", str(args.draft_vocab_size), "--lr", str(args.lr),
+                "--batch-size", str(args.batch_size), "--warmup-steps", str(steps // 10), "--lr-scheduler", "cosine",
+                *peer["args"],
+            ]  # fmt: skip
+            subprocess.run(cmd, check=True, env=env)
+    if "draftsmith" in train:
+        eagle_recipe.main(
+            ["--config", str(REPO / "recipes" / "eagle" / "eagle3_toy.yaml"), f"target.path={args.target}",
+             f"output_dir={args.out / 'draftsmith'}", f"data.max_len={args.max_len}",
+             f"data.max_samples={args.max_samples}", f"train.micro_batch_size={args.batch_size}",
+             f"train.lr={args.lr}", f"draft.ttt_steps={args.ttt_steps}",
+             f"draft.draft_vocab_size={args.draft_vocab_size}", f"train.max_steps={steps}"]
+        )  # fmt: skip
+    ours = [
+        r["perf/step_s"]
+        for r in read_metrics(args.out / "draftsmith" / "metrics.jsonl")
+        if "perf/step_s" in r
+    ]
+    step_s = {"draftsmith": sum(ours[1:]) / max(1, len(ours) - 1)}  # the first window includes warm-up
+    threads = {"draftsmith": torch.get_num_threads()}
+    versions, checkpoints = {}, {"draftsmith": args.out / "draftsmith" / "final"}
+    for name in peers:
+        log = json.loads((args.out / name / "train_log.json").read_text())
+        step_s[name] = log["mean_step_s_excl_first"]
+        versions[name] = log.get("versions")
+        threads[name] = log.get("torch_threads")
+        convert = modelopt_eagle3 if name == "modelopt" else speculators_eagle3
+        checkpoints[name] = convert(args.out / name, target, args.out / f"{name}-converted", args.ttt_steps)
+
+    rows = []
+    for name, ckpt in checkpoints.items():
+        drafter = load_drafter_spec(str(ckpt), target)
+        for temperature in (0.0, 1.0):
+            for tree in ("chain", "dynamic:4:16"):
+                t0 = time.perf_counter()
+                r = evaluate(
+                    EvalArgs(target=args.target, drafter=str(ckpt), data="stdlib:heldout",
+                             num_prompts=args.num_prompts, max_new_tokens=96, depth=5, tree=tree,
+                             temperature=temperature, check_lossless=temperature == 0, baseline=temperature == 0,
+                             progress=False),
+                    target, drafter,
+                )  # fmt: skip
+                row = {"drafter": name, "T": temperature, "tree": tree, "tau": r["tau"], "alpha": r["alpha"],
+                       "lossless": r["lossless"], "eval_s": time.perf_counter() - t0}  # fmt: skip
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    result = {"samples": samples, "answer_tokens": answer_tokens, "steps": steps, "step_s": step_s,
+              "torch_threads": threads, "peer_versions": versions, "rows": rows}  # fmt: skip
+    (args.out / "peers.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(format_table(rows, step_s, threads))
+    return 0
+
+
+def format_table(rows: list[dict[str, Any]], step_s: dict[str, float], threads: dict[str, Any]) -> str:
+    """Markdown: tau per drafter and setting, its ratio to the best peer, and the training step time."""
+    cells = [(0.0, "chain"), (0.0, "dynamic:4:16"), (1.0, "chain"), (1.0, "dynamic:4:16")]
+    tau = {(r["drafter"], r["T"], r["tree"]): r["tau"] for r in rows}
+    names = list(dict.fromkeys(r["drafter"] for r in rows))
+    head = "| | " + " | ".join(f"T={t:g} {tree}" for t, tree in cells) + " | training step |"
+    lines = [head, "|---" * (len(cells) + 2) + "|"]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(f"{tau[(name, t, tr)]:.3f}" for t, tr in cells)
+                     + f" | {step_s[name]:.2f} s ({threads.get(name)} threads) |")  # fmt: skip
+    peers = [n for n in names if n != "draftsmith"]
+    if peers and "draftsmith" in names:
+        best = [max(tau[(p, t, tr)] for p in peers) for t, tr in cells]
+        ratios = [tau[("draftsmith", t, tr)] / b for (t, tr), b in zip(cells, best, strict=True)]
+        lines.append("| draftsmith / best peer | " + " | ".join(f"{r:.3f}" for r in ratios) + " | |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,493 @@
+#!/usr/bin/env python
+"""Minimal EAGLE-3 draft-head training with vLLM's `speculators` 0.9 on CPU.
+
+Run it with the interpreter of a venv holding speculators (never draftsmith's own), e.g.
+
+    /tmp/peers/spec-venv/bin/python bench/peers/speculators_eagle3.py --model DIR --data train.jsonl \
+        --out OUT --steps 292 --seq-len 384 --ttt-steps 7 --draft-vocab-size 1024 --lr 3e-3 \
+        --batch-size 8 --warmup-steps 29 --lr-scheduler cosine
+
+What runs is speculators' own code, end to end, in the order of `speculators.train.cli.main`:
+
+  1. Data: `speculators.data_generation.preprocessing.load_and_preprocess_dataset` (what
+     `speculators prepare-data` runs) on --data. Speculator-format rows {"input_ids", "loss_mask"} pass
+     straight through: truncated to --seq-len, rows with no loss_mask=1 token dropped, shuffled (seed). The
+     result is saved with `save_to_disk` under OUT/prepared_data, as prepare-data does.
+  2. Draft vocabulary: speculators' default path. `save_token_frequency_distribution` counts the tokens with
+     loss_mask == 1 (assistant/answer tokens only; prompt and template tokens are not counted) over the
+     truncated training rows -> prepared_data/token_freq.pt; then `parse_vocab_mappings` (its
+     `build_vocab_mappings_from_distribution`) keeps the --draft-vocab-size most frequent (ties: lower id),
+     fills up with the lowest unused ids if fewer occur, sorts them by target id and stores
+     d2t[i] = target_id_i - i (OFFSETS, sorted) and t2d a bool mask [V]; cached as d2t-<Vd>.npy/t2d-<Vd>.npy.
+  3. Model: `speculators.train.cli.build_draft_model` from a `TrainConfig` resolved from real
+     `speculators train` flags (the equivalent command line is printed and written to OUT/run.yaml and
+     OUT/train_command.txt by speculators' own `cfg.save`). It copies the target's embedding and its
+     lm_head rows of the draft vocabulary into the draft; both stay FROZEN (speculators trains the fc, the
+     decoder layer and the final norm only; the draft head IS the target's head restricted to the draft
+     vocabulary, and `verifier_norm` + `verifier_lm_head` compute the distillation targets).
+  4. Loader: speculators' `ArrowDataset` + `_setup_dataloader` (its multipack sampler, `CollateFn`,
+     `shift_batch`). Samples are PACKED into one row of --total-seq-len tokens (document-id masking).
+  5. Trainer: `speculators.train.trainer.Trainer.run_training` (AdamW/Muon, grad clip 1.0, LR scheduler, its
+     metric logging, its end-of-epoch checkpoint under OUT/trainer_checkpoints/0, which it writes in bf16).
+  6. Output: `model.save_pretrained(OUT)` in float32: OUT/config.json + OUT/model.safetensors (speculators'
+     save format; d2t, t2d, embed_tokens.weight, lm_head.weight, fc.weight, layers.0.*, norm.weight), plus
+     OUT/train_log.json.
+
+Target hidden states ("online", in process, through HF transformers): vLLM is not available, so
+`HFOnlineTransfer` below implements speculators' `hs_connectors.HiddenStatesTransfer` interface (the plug-in
+point through which `ArrowDataset` fetches hidden states; normally a vLLM server writes them). Every time
+the loader asks for a sample, the frozen HF target runs on that sample's input_ids, inside the training
+step. The payload is exactly what vLLM's `extract_hidden_states` produces for speculators: `hidden_states`
+[T, len(ids)+1, H] at the layer ids `eagle_aux_hidden_state_layer_ids` + [L], where vLLM's id k is
+`hidden_states + residual` BEFORE decoder layer k runs, i.e. the PRE-norm residual stream entering layer k
+(draftsmith's canonical id k; ModelOpt's k-1), and id L (num_hidden_layers) is the pre-norm output of the
+last layer (speculators applies the target's final norm itself: `verifier_lm_head(verifier_norm(h_L))`).
+They are taken with forward pre-hooks on decoder layer k and on the final norm (NOT HF's
+`output_hidden_states`, whose last entry is post-norm); the hooks are checked against HF's hidden_states
+once at start-up.
+
+Deviations from speculators' defaults, and why:
+  * --target-layer-ids = draftsmith canonical [2, L//2, L-3] (also speculators' own default; passed
+    explicitly, as speculators warns it must be).
+  * --arch classic (default): --no-norm-before-fc --no-norm-before-residual --no-norm-output. speculators
+    0.9's defaults for eagle3 are norm_before_fc=True (an RMSNorm over the 3H concat before fc),
+    norm_before_residual=True (the residual of the first layer is the NORMED hidden) and norm_output=True
+    ("EAGLE 3.1": the normed output is fed to the next TTT step). draftsmith's Eagle3Draft (and the original
+    EAGLE-3) has none of these, so a default speculators checkpoint cannot be converted exactly. With
+    --arch speculators the 0.9 defaults are kept (training metrics only; convert_peers refuses it).
+  * --draft-attn-impl sdpa (default simple_flex_attention needs a GPU) and --loss-implementation eager
+    (the fused losses are Triton kernels).
+  * --hidden-states-dtype float32 (default bfloat16): on CPU the trainer's torch.autocast("cuda") is inert,
+    the model is float32, and the hidden states are cast to this dtype in the collate.
+  * --ttt-steps 7 (default 3), --draft-vocab-size 1024 (default: none = full vocab), --lr 3e-3 (default
+    1e-3; Muon's lr defaults to --lr), --scheduler-type cosine (default linear), --scheduler-warmup-steps 29
+    (default 1%), --max-steps 292, --epochs 1 (default 20), --num-workers 0 (default 12; 2 cores and the
+    target runs inside the loader).
+  * --total-seq-len (default 8192): speculators has no "batch size"; it packs samples into one row of
+    total_seq_len tokens. To match "--steps optimizer steps of --batch-size sequences = one epoch", the
+    driver picks the largest token budget for which speculators' own multipack sampler yields at least
+    --steps batches (N // batch-size) for this data and seed, so the tokens per step equal those of
+    batch-size average sequences (reported in train_log.json: samples/tokens per step).
+  * train/validation split: speculators' `create_train_val_loaders` insists on 0 < train_data_ratio < 1
+    (default 0.9 holds 10% out). Here every sample trains (the matched setting is one epoch over all the
+    data), so the driver builds the train loader itself from speculators' own pieces (`ArrowDataset`
+    with train_ratio=1.0, `_setup_dataloader`) and passes no validation loader (the Trainer supports None).
+  * optimizer: speculators' default kept (Muon for the 2D matrices of fc/attention/MLP with
+    adjust_lr_fn=match_rms_adamw, AdamW for the norms; weight decay 0.1 / 0.01); --optimizer adamw switches.
+  * loss: speculators' default kept: forward KL to the target's softmax over the DRAFT vocabulary
+    (target logits restricted to the draft vocabulary and renormalised), per step the mean over
+    loss-masked tokens, TTT steps summed with weight ttt_step_loss_decay**s = 1 (all equal). Teacher
+    forcing (ground-truth ids) at every TTT step. Loss mask: shift_batch drops position 0, so column t
+    reads (g_t, x_{t+1}), predicts x_{t+2} against the target's distribution at position t+1, and is gated by
+    loss_mask[t+1]: a prediction is supervised when the token BEFORE the predicted one is an answer token
+    (the first answer token is never a target; the token after the last one is). At TTT step s column t
+    predicts x_{t+s+2}, gated by loss_mask[t+s+1]. ModelOpt uses the same convention.
+  * seed 0 (default 42), like bench/peers/modelopt_eagle3.py.
+  * --threads (default 2, the cap for this machine): with another CPU-bound job on the 2 cores, 2 OpenMP
+    threads oversubscribe them and small ops stall (the target forward of one sample took 0.5 s instead of
+    0.01 s, a training step 12 s instead of 2.5 s); pass --threads 1 then.
+  * the final weights are additionally written in float32 with save_pretrained (the trainer's own
+    checkpoint rounds them to bf16).
+
+Monkeypatches (speculators 0.9 assumes an accelerator):
+  * `speculators.train.trainer.get_local_rank` -> torch.device("cpu"): the Trainer does
+    `model.to(local_rank)` and `batch[k].to(local_rank)` with local_rank = 0 (CUDA device 0).
+  * `torch.accelerator.synchronize` -> no-op when no accelerator exists: the Trainer's step timer calls it
+    on every logged step and it raises on a CPU-only build; CPU execution is synchronous, so nothing is lost.
+Nothing else in speculators is changed; the hidden-state source is a plug-in object, not a patch.
+
+train_log.json: steps, mean_step_s_excl_first (wall seconds per optimizer step, data fetch + target
+forward + draft forward/backward + optimizer, excluding the first step), per-step records (speculators'
+own metric dict: loss, loss_s, full_acc_s, cond_acc_s per TTT step s, lr, its profile), the final metrics and
+the mean of the last 20 steps, versions, torch_threads, feature_layers, the resolved speculators config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import time
+from importlib.metadata import version as pkg_version
+from pathlib import Path
+
+import torch
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="local HF Llama dir (target)")
+    p.add_argument("--data", required=True, help='JSONL of {"input_ids": [...], "loss_mask": [...]} rows')
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--ttt-steps", type=int, default=3)
+    p.add_argument("--draft-vocab-size", type=int, default=None, help="default: the target vocabulary")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=1,
+        help="sets the packing token budget: the sampler yields >= N // batch-size batches per epoch",
+    )
+    p.add_argument("--warmup-steps", type=int, default=0)
+    p.add_argument("--lr-scheduler", default="linear", choices=["linear", "cosine", "none"])
+    p.add_argument("--max-samples", type=int, default=None)
+    p.add_argument(
+        "--aux-layers",
+        type=str,
+        default=None,
+        help="comma list of speculators/vLLM layer ids (= draftsmith canonical ids: the input of layer k); "
+        "default 2, L//2, L-3",
+    )
+    p.add_argument("--num-draft-layers", type=int, default=1)
+    p.add_argument(
+        "--loss-decay", type=float, default=1.0, help="ttt_step_loss_decay (speculators default 1)"
+    )
+    p.add_argument("--optimizer", default="muon", choices=["muon", "adamw"], help="speculators default: muon")
+    p.add_argument(
+        "--arch",
+        default="classic",
+        choices=["classic", "speculators"],
+        help="classic: no norm_before_fc / norm_before_residual / norm_output (original EAGLE-3, convertible); "
+        "speculators: the 0.9 defaults (all three on)",
+    )
+    p.add_argument(
+        "--total-seq-len", type=int, default=None, help="packing budget (default: searched, see doc)"
+    )
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args()
+
+
+class MetricCapture(logging.Handler):
+    """Collects speculators' per-step metric dicts (logger `speculators.metrics`) with wall-clock stamps."""
+
+    def __init__(self):
+        super().__init__(level=logging.INFO)
+        self.records: list[dict] = []
+        self.stamps: list[float] = []
+
+    def emit(self, record):
+        msg = record.msg
+        if isinstance(msg, dict) and "train" in msg:
+            self.stamps.append(time.perf_counter())
+            self.records.append(msg)
+
+
+def make_hf_online_transfer(model_dir: str, data_dir: str, layer_ids: list[int]):
+    """A `HiddenStatesTransfer` that runs the HF target in process (see the module docstring)."""
+    from datasets import load_from_disk
+    from hs_connectors import HiddenStatesTransfer
+    from transformers import AutoModelForCausalLM
+
+    class HFOnlineTransfer(HiddenStatesTransfer):
+        def __init__(self):
+            self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+            self.data = load_from_disk(data_dir)  # the full prepared dataset; file_idx indexes it
+            base = self.model.model
+            L = len(base.layers)
+            self.ids = list(layer_ids) + [L]
+            self._cap: dict[int, torch.Tensor] = {}
+
+            def grab(k):
+                def hook(_mod, args, kwargs):
+                    self._cap[k] = (args[0] if args else kwargs["hidden_states"]).detach()
+
+                return hook
+
+            for k in layer_ids:
+                base.layers[k].register_forward_pre_hook(grab(k), with_kwargs=True)
+            base.norm.register_forward_pre_hook(grab(L), with_kwargs=True)  # pre-norm output of layer L-1
+            self.calls = 0
+            self.seconds = 0.0
+
+        @torch.no_grad()
+        def run(self, input_ids: torch.Tensor) -> torch.Tensor:
+            self._cap.clear()
+            self.model.model(input_ids=input_ids[None].long(), use_cache=False)
+            return torch.stack([self._cap[k][0] for k in self.ids], dim=1)  # [T, n_ids+1, H]
+
+        def get_cached(self, file_idx: int):
+            t0 = time.perf_counter()
+            ids = self.data[file_idx]["input_ids"]
+            hs = self.run(ids)
+            self.calls += 1
+            self.seconds += time.perf_counter() - t0
+            return {"hidden_states": hs, "token_ids": ids}
+
+        def get_generated(self, hs_transfer_params):
+            raise RuntimeError("HFOnlineTransfer serves every sample from get_cached; nothing is generated")
+
+        @torch.no_grad()
+        def self_check(self) -> float:
+            """The hooks give HF's hidden_states[k] (k < L) and the pre-norm state whose norm is the output."""
+            ids = self.data[0]["input_ids"]
+            hs = self.run(ids)
+            out = self.model.model(input_ids=ids[None].long(), output_hidden_states=True, use_cache=False)
+            err = 0.0
+            for j, k in enumerate(self.ids[:-1]):
+                err = max(err, (hs[:, j] - out.hidden_states[k][0]).abs().max().item())
+            normed = self.model.model.norm(hs[:, -1][None])[0]
+            err = max(err, (normed - out.last_hidden_state[0]).abs().max().item())
+            return err
+
+    return HFOnlineTransfer()
+
+
+def pick_token_budget(lengths, n_batches: int, seq_len: int, seed: int) -> tuple[int, int]:
+    """Largest packing budget for which speculators' multipack sampler yields >= n_batches batches (epoch 0)."""
+    from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
+
+    def count(budget):
+        s = MultipackDistributedBatchSamplerV2(
+            batch_max_length=budget, lengths=lengths, num_replicas=1, rank=0, seed=seed
+        )
+        return len(s)
+
+    lo, hi = seq_len, max(seq_len, sum(lengths))  # count(lo) >= n_batches is required
+    if count(lo) < n_batches:
+        return lo, count(lo)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if count(mid) >= n_batches:
+            lo = mid
+        else:
+            hi = mid
+    return lo, count(lo)
+
+
+def main():
+    a = parse_args()
+    torch.set_num_threads(a.threads)
+    out = Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    data_dir = out / "prepared_data"
+    ckpt_dir = out / "trainer_checkpoints"
+    for d in (data_dir, ckpt_dir):  # never resume from, or reuse the token counts of, an earlier run
+        if d.exists():
+            shutil.rmtree(d)
+
+    # ---- monkeypatches (documented in the module docstring) ----
+    import speculators.train.trainer as spec_trainer
+
+    cpu = torch.device("cpu")
+    spec_trainer.get_local_rank = lambda: cpu
+    if not torch.accelerator.is_available():
+        torch.accelerator.synchronize = lambda *args, **kwargs: None
+
+    from speculators.data_generation.preprocessing import load_and_preprocess_dataset
+    from speculators.model import SpeculatorModel
+    from speculators.models.eagle3.data import shift_batch
+    from speculators.train.cli import build_draft_model, parse_vocab_mappings, set_seed
+    from speculators.train.config import TrainConfig
+    from speculators.train.data import ArrowDataset
+    from speculators.train.dataloader import _setup_dataloader
+    from speculators.train.logger import setup_metric_logger, setup_root_logger
+    from speculators.train.trainer import Trainer, TrainerConfig
+    from transformers import AutoConfig
+
+    setup_root_logger()
+    tcfg = AutoConfig.from_pretrained(a.model)
+    L = int(tcfg.num_hidden_layers)
+    layer_ids = [int(x) for x in a.aux_layers.split(",")] if a.aux_layers else [2, L // 2, L - 3]
+
+    # ---- 1. data, as `speculators prepare-data` ----
+    dataset, _ = load_and_preprocess_dataset(
+        target_model_path=a.model,
+        train_data_paths=[a.data],
+        seq_length=a.seq_len,
+        build_dataset_num_proc=1,
+        seed=a.seed,
+        max_samples=a.max_samples,
+        token_freq_path=data_dir / "token_freq.pt",
+        skip_token_freq=False,
+    )
+    dataset.save_to_disk(str(data_dir))
+    n_samples = len(dataset)
+    lengths = list(dataset.with_format(None)["seq_len"])
+    del dataset
+
+    n_batches = max(1, n_samples // a.batch_size)
+    if a.total_seq_len:
+        budget = a.total_seq_len
+    else:
+        budget, _ = pick_token_budget(lengths, max(n_batches, a.steps), a.seq_len, a.seed)
+
+    # ---- 2./3. config from real `speculators train` flags ----
+    argv = [
+        "--verifier-name-or-path", a.model,
+        "--speculator-type", "eagle3",
+        "--data-path", str(data_dir),
+        "--save-path", str(ckpt_dir),
+        "--target-layer-ids", *[str(k) for k in layer_ids],
+        "--num-layers", str(a.num_draft_layers),
+        "--draft-vocab-size", str(a.draft_vocab_size or tcfg.vocab_size),
+        "--draft-attn-impl", "sdpa",
+        "--loss-implementation", "eager",
+        "--ttt-steps", str(a.ttt_steps),
+        "--ttt-step-loss-decay", str(a.loss_decay),
+        "--optimizer", a.optimizer,
+        "--lr", str(a.lr),
+        "--scheduler-type", a.lr_scheduler,
+        "--scheduler-warmup-steps", str(a.warmup_steps),
+        "--max-steps", str(a.steps),
+        "--epochs", "1",
+        "--total-seq-len", str(budget),
+        "--hidden-states-dtype", "float32",
+        "--num-workers", "0",
+        "--seed", str(a.seed),
+        "--log-dir", str(out / "logs"),
+        "--no-resume-from-checkpoint",
+    ]  # fmt: skip
+    if a.arch == "classic":
+        argv += ["--no-norm-before-fc", "--no-norm-before-residual", "--no-norm-output"]
+    cfg = TrainConfig.resolve(argv)
+    args = argparse.Namespace(**cfg.flatten())
+    print("equivalent: speculators train " + " ".join(argv), flush=True)
+    cfg.save(str(out))  # run.yaml + train_command.txt
+
+    set_seed(args.seed, args.deterministic_cuda)
+    setup_metric_logger(loggers=args.logger, run_name=args.run_name, output_dir=args.log_dir)
+    capture = MetricCapture()
+    logging.getLogger("speculators.metrics").addHandler(capture)
+
+    d2t, t2d, draft_vocab_size = parse_vocab_mappings(args)
+    model_class = SpeculatorModel.registry["eagle3"]
+    model = build_draft_model(args, model_class, t2d, d2t, draft_vocab_size)
+    trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
+    frozen = sorted(n for n, p in model.named_parameters() if not p.requires_grad)
+    n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    print(f"{n_samples} samples; draft vocab {draft_vocab_size}; layer ids {model.target_layer_ids}; "
+          f"token budget {budget}; trainable params {n_train}: {trainable}; frozen: {frozen}", flush=True)  # fmt: skip
+
+    # ---- 4. loader: speculators' ArrowDataset + multipack sampler + CollateFn + shift_batch ----
+    transfer = make_hf_online_transfer(a.model, str(data_dir), list(model.target_layer_ids))
+    hook_err = transfer.self_check()
+    print(f"hidden-state hooks vs HF hidden_states / final norm: max abs diff {hook_err:.3g}", flush=True)
+    assert hook_err < 1e-5, "hidden-state hooks do not reproduce HF's hidden states"
+    train_ds = ArrowDataset(
+        max_len=budget,
+        datapath=str(data_dir),
+        transfer=transfer,
+        on_missing="raise",
+        train_ratio=1.0,
+        split="train",
+        hidden_states_dtype=torch.float32,
+        model=a.model,
+    )
+    loader = _setup_dataloader(
+        train_ds,
+        budget,
+        int(tcfg.hidden_size),
+        num_workers=0,
+        num_target_layers=len(layer_ids),
+        prefetch_factor=None,
+        preprocess=shift_batch,
+        seed=args.seed,
+    )
+    batches = loader.batch_sampler._generate_batches(0)[: a.steps]
+    per_batch = [len(b) for b in batches]
+    tok_batch = [int(sum(lengths[i] for i in b)) for b in batches]
+    print(f"sampler: {len(loader)} batches/epoch, training {len(batches)}: samples/step mean "
+          f"{sum(per_batch) / len(per_batch):.2f} (min {min(per_batch)}, max {max(per_batch)}), tokens/step mean "
+          f"{sum(tok_batch) / len(tok_batch):.0f}; samples seen {sum(per_batch)}/{n_samples}", flush=True)  # fmt: skip
+
+    # ---- 5. speculators' Trainer ----
+    train_kw, val_kw = model_class.get_trainer_kwargs(**vars(args))
+    tconf = TrainerConfig(
+        num_epochs=args.epochs,
+        save_path=args.save_path,
+        lr=args.lr,
+        resume_from_checkpoint=not args.no_resume_from_checkpoint,
+        train_call_kwargs=train_kw,
+        val_call_kwargs=val_kw,
+        optimizer=args.optimizer,
+        weight_decay=args.weight_decay,
+        muon_lr=args.muon_lr,
+        muon_momentum=args.muon_momentum,
+        muon_weight_decay=args.muon_weight_decay,
+        muon_ns_steps=args.muon_ns_steps,
+        muon_adjust_lr_fn=args.muon_adjust_lr_fn,
+        scheduler_type=args.scheduler_type,
+        scheduler_warmup_steps=args.scheduler_warmup_steps,
+        scheduler_warmup_ratio=args.scheduler_warmup_ratio,
+        scheduler_total_steps=args.scheduler_total_steps,
+        scheduler_num_cosine_cycles=args.scheduler_num_cosine_cycles,
+        checkpoint_freq=args.checkpoint_freq,
+        save_best=args.save_best,
+        hidden_states_dtype=getattr(torch, args.hidden_states_dtype),
+        log_freq=args.log_freq,
+        fsdp_shard=args.fsdp_shard,
+        gradient_checkpointing=args.gradient_checkpointing,
+        max_steps=args.max_steps,
+    )
+    trainer = Trainer(model, tconf, loader, None)
+    head_before = model.lm_head.weight.detach().clone()
+    t0 = time.perf_counter()
+    trainer.run_training()
+    total = time.perf_counter() - t0
+
+    # ---- 6. save (speculators' save_pretrained, float32) + log ----
+    model = trainer.model
+    model.eval()
+    model.save_pretrained(str(out))
+    stamps = [t0, *capture.stamps]
+    times = [b - a_ for a_, b in zip(stamps[:-1], stamps[1:], strict=True)]
+    steady = times[1:] if len(times) > 1 else times
+    recs = [{"step": r["global_step"], "sec": dt, "lr": r["lr"], "train": r["train"], "profile": r["profile"]}
+            for r, dt in zip(capture.records, times, strict=True)]  # fmt: skip
+    keys = sorted(capture.records[-1]["train"]) if capture.records else []
+    tail = capture.records[-20:]
+    tail_mean = {k: sum(r["train"][k] for r in tail) / len(tail) for k in keys}
+    prof_keys = ("fetch_ms", "fwd_ms", "bwd_ms", "opt_ms", "step_ms")
+    profs = [r["profile"] for r in capture.records[1:] if r.get("profile")]
+    prof_mean = {k: sum(p_[k] for p_ in profs) / len(profs) for k in prof_keys} if profs else None
+    summary = {
+        "steps": len(times),
+        "total_train_s": total,
+        "first_step_s": times[0] if times else None,
+        "mean_step_s_excl_first": sum(steady) / max(1, len(steady)),
+        "speculators_profile_mean_excl_first": prof_mean,
+        "target_forward_s_total": transfer.seconds,
+        "target_forward_calls": transfer.calls,
+        "torch_threads": torch.get_num_threads(),
+        "versions": {
+            "speculators": pkg_version("speculators"),
+            "torch": torch.__version__,
+            "transformers": pkg_version("transformers"),
+            "python": sys.version.split()[0],
+        },
+        "feature_layers": list(model.target_layer_ids),
+        "feature_layers_convention": "speculators/vLLM id k = pre-norm residual stream entering decoder layer k "
+        "(= draftsmith canonical id k)",
+        "seq_len": a.seq_len,
+        "batch_size_requested": a.batch_size,
+        "token_budget_total_seq_len": budget,
+        "samples": n_samples,
+        "samples_per_step_mean": sum(per_batch) / len(per_batch),
+        "tokens_per_step_mean": sum(tok_batch) / len(tok_batch),
+        "samples_seen": sum(per_batch),
+        "ttt_steps": a.ttt_steps,
+        "draft_vocab_size": draft_vocab_size,
+        "arch": a.arch,
+        "optimizer": a.optimizer,
+        "trainable_parameters": trainable,
+        "trainable_parameter_count": n_train,
+        "lm_head_unchanged_by_training": bool(torch.equal(head_before, model.lm_head.weight.detach())),
+        "hook_check_max_abs_diff": hook_err,
+        "speculators_argv": argv,
+        "final_train_metrics": capture.records[-1]["train"] if capture.records else None,
+        "last20_mean_train_metrics": tail_mean,
+        "records": recs,
+    }
+    (out / "train_log.json").write_text(json.dumps(summary, indent=1, default=str))
+    print(json.dumps({k: v for k, v in summary.items() if k != "records"}, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The fault catalogue as a table: every case of tests/reliability/ (bad input and faults through the command
+line) and tests/recipes/test_run_safety.py (kill, resume, locks, damaged checkpoints, planted pickles), run
+with pytest, then written as Markdown: case -> exit status and the one error line, with totals.
+
+    python -m bench.reliability_table            # prints the table (about 3 minutes on 2 cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SUITES = ["tests/reliability", "tests/recipes/test_run_safety.py", "tests/recipes/test_mid_run_faults.py"]
+
+
+def run(out: Path) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Run the suites; returns the catalogue's per-case records and `(test, outcome)` of every test."""
+    records, junit = out / "catalogue.jsonl", out / "junit.xml"
+    env = {**os.environ, "DRAFTSMITH_CATALOGUE": str(records)}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *SUITES],
+                   cwd=REPO, env=env, check=False)  # fmt: skip
+    rows = [json.loads(line) for line in records.read_text().splitlines()] if records.is_file() else []
+    outcomes = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        failed = any(child.tag in ("failure", "error") for child in case)
+        skipped = any(child.tag == "skipped" for child in case)
+        outcomes.append((case.get("name", ""), "failed" if failed else "skipped" if skipped else "passed"))
+    return rows, outcomes
+
+
+# The run-safety tests whose run (resumed, or run beside another writer) is compared bit for bit with the
+# uninterrupted one.
+RESUMING = (
+    "test_resume_from", "test_a_damaged_checkpoint_falls", "test_a_second_writer", "test_a_partial_last",
+    "test_a_kill", "test_a_second_training", "test_two_trainings", "test_a_disk", "test_a_filesystem",
+)  # fmt: skip
+_TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/catalogue\d+")
+
+
+def table(rows: list[dict], outcomes: list[tuple[str, str]]) -> str:
+    out = ["| case | exit | what the user reads (one line) | nothing changed |", "|---|---|---|---|"]
+    for r in rows:
+        line = _TMP.sub("DIR", r["error"]).replace("|", "\\\\|")  # the case's temporary directory as DIR
+        line = line if len(line) <= 140 else line[:137] + "..."
+        out.append(f"| {r['case']} | {r['exit']} | {line} | {'yes' if r['unchanged'] else 'NO'} |")
+    safety = [(n, o) for n, o in outcomes if not n.startswith("test_fault_is_one_clear_line")]
+    out += ["", "| run-safety test (a training run through the CLI) | outcome |", "|---|---|"]
+    out += [f"| {name} | {outcome} |" for name, outcome in safety]
+    passed = sum(o == "passed" for _, o in outcomes)
+    resumes = [o for n, o in safety if n.startswith(RESUMING)]
+    clear = sum(1 for r in rows if r["exit"] != 0 and not r["traceback"])
+    out += ["", f"Totals: {len(outcomes)} cases ({len(rows)} command-line faults + {len(safety)} run-safety "
+            f"tests), {passed} passed; {clear} of {len(rows)} command-line faults end in one clear line with a "
+            f"non-zero exit; silent results (exit 0): {sum(r['exit'] == 0 for r in rows)}; data changed: "
+            f"{sum(not r['unchanged'] for r in rows)}; runs that must equal the uninterrupted run bit for bit: "
+            f"{sum(o == 'passed' for o in resumes)} of {len(resumes)}."]  # fmt: skip
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argparse.ArgumentParser(prog="python -m bench.reliability_table", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        rows, outcomes = run(Path(tmp))
+    print(table(rows, outcomes))
+    return 0 if outcomes and all(o == "passed" for _, o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

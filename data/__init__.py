@@ -1,0 +1,1 @@
+"""Reading and rendering conversations: the data both training and the evaluator read."""

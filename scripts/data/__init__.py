@@ -1,0 +1,1 @@
+"""Data tools: `draftsmith data inspect` and `draftsmith data regenerate`."""

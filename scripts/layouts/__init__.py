@@ -1,1 +1,0 @@
-"""Engine export layouts (one module per drafter family); scripts/export.py dispatches."""

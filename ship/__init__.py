@@ -1,0 +1,1 @@
+"""The ship stage: engine exports (validated), the Hub upload and its model card."""

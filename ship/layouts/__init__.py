@@ -1,0 +1,1 @@
+"""Engine export layouts (one module per drafter family); ship/export.py dispatches."""

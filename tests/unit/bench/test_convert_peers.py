@@ -1,0 +1,258 @@
+"""ModelOpt and speculators EAGLE-3 checkpoints convert into draftsmith checkpoints that compute the same thing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from bench.convert_peers import (
+    MODELOPT_TO_DRAFTSMITH,
+    SPECULATORS_TO_DRAFTSMITH,
+    modelopt_eagle3,
+    speculators_eagle3,
+)
+from draftsmith.models.checkpoint import load_drafter
+from draftsmith.models.eagle import EagleConfig
+from draftsmith.models.eagle3 import Eagle3Draft
+
+
+def test_modelopt_export_round_trips_through_the_converter(tiny_random_target, tmp_path):
+    """Oracle: write a draftsmith draft out in ModelOpt's layout (draft ids in frequency order, layer ids as
+    outputs of layers), convert it back, and get identical target-id logits."""
+    target = tiny_random_target
+    V, vd = target.vocab_size, 40
+    torch.manual_seed(0)
+    draft = Eagle3Draft(
+        EagleConfig(version=3, feature_layers=[2, 3, 4], ttt_steps=2), target.model.config, vd
+    )
+    used = torch.randperm(V)[:vd]  # frequency order: not sorted by target id
+    inverse = {v: k for k, v in MODELOPT_TO_DRAFTSMITH.items()}
+    state = {inverse[k]: v for k, v in draft.state_dict().items() if k in inverse}
+    state["lm_head.weight"] = draft.lm_head_d.weight.detach().clone()
+    state["d2t"] = used - torch.arange(vd)
+    src = tmp_path / "modelopt"
+    src.mkdir()
+    save_file({k: v.contiguous() for k, v in state.items()}, str(src / "model.safetensors"))
+    (src / "config.json").write_text(
+        json.dumps({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}})
+    )
+
+    loaded, config = load_drafter(modelopt_eagle3(src, target, tmp_path / "converted"), target)
+    assert config["feature_layers"] == [2, 3, 4]  # ModelOpt's output of layer k is draftsmith's id k+1
+    assert torch.equal(loaded.t2d.nonzero().flatten(), used.sort().values)
+    draft.attach_target(target.embed_tokens, target.head)
+    g = torch.randn(1, 5, 3 * target.hidden_size)
+    ids = torch.randint(0, V, (1, 5))
+    with torch.no_grad():
+        ref = draft.unroll(g, ids)[1][0]  # [T, vd] in the export's draft order
+        got = loaded.unroll(g, ids)[1][0]
+    # the same distribution over TARGET ids, whatever the draft-id order
+    full_ref = torch.full((5, V), -1e9).index_copy(1, used, ref)
+    full_got = torch.full((5, V), -1e9).index_copy(1, loaded.to_target_ids(torch.arange(vd)), got)
+    torch.testing.assert_close(full_got, full_ref)
+
+
+# --- vLLM speculators 0.9 ---------------------------------------------------------------------------------------
+
+# The tensors of a REAL checkpoint written by bench/peers/speculators_eagle3.py (speculators 0.9.0,
+# `Eagle3DraftModel.save_pretrained`) for the small-seed0 toy target: H=96, intermediate 288, 4 heads and 4 KV
+# heads of 24, V=2048, draft vocabulary 1024.
+REAL_SPECULATORS_LAYOUT = {
+    "d2t": (1024,),
+    "embed_tokens.weight": (2048, 96),
+    "fc.weight": (96, 288),
+    "layers.0.hidden_norm.weight": (96,),
+    "layers.0.input_layernorm.weight": (96,),
+    "layers.0.mlp.down_proj.weight": (96, 288),
+    "layers.0.mlp.gate_proj.weight": (288, 96),
+    "layers.0.mlp.up_proj.weight": (288, 96),
+    "layers.0.post_attention_layernorm.weight": (96,),
+    "layers.0.self_attn.k_proj.weight": (96, 192),
+    "layers.0.self_attn.o_proj.weight": (96, 96),
+    "layers.0.self_attn.q_proj.weight": (96, 192),
+    "layers.0.self_attn.v_proj.weight": (96, 192),
+    "lm_head.weight": (1024, 96),
+    "norm.weight": (96,),
+    "t2d": (2048,),
+}
+
+
+def speculators_layout(H, inter, q_out, kv_out, V, vd):
+    """REAL_SPECULATORS_LAYOUT as a function of the sizes."""
+    return {
+        "d2t": (vd,), "embed_tokens.weight": (V, H), "fc.weight": (H, 3 * H),
+        "layers.0.hidden_norm.weight": (H,), "layers.0.input_layernorm.weight": (H,),
+        "layers.0.mlp.down_proj.weight": (H, inter), "layers.0.mlp.gate_proj.weight": (inter, H),
+        "layers.0.mlp.up_proj.weight": (inter, H), "layers.0.post_attention_layernorm.weight": (H,),
+        "layers.0.self_attn.k_proj.weight": (kv_out, 2 * H), "layers.0.self_attn.o_proj.weight": (H, q_out),
+        "layers.0.self_attn.q_proj.weight": (q_out, 2 * H), "layers.0.self_attn.v_proj.weight": (kv_out, 2 * H),
+        "lm_head.weight": (vd, H), "norm.weight": (H,), "t2d": (V,),
+    }  # fmt: skip
+
+
+def speculators_config(target, layer_ids, vd, **flags):
+    """The real config.json of that checkpoint, with the draft layer resized to `target` (flags override)."""
+    c = target.model.config
+    return {
+        "architectures": ["Eagle3DraftModel"],
+        "auto_map": {"": "config.Eagle3SpeculatorConfig"},
+        "draft_vocab_size": vd,
+        "dtype": "float32",
+        "eagle_aux_hidden_state_layer_ids": layer_ids,
+        "embed_requires_grad": False,
+        "fc_norm": False,
+        "norm_before_fc": False,
+        "norm_before_residual": False,
+        "norm_output": False,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {
+                    "accept_tolerance": 0.0,
+                    "proposal_type": "greedy",
+                    "speculative_tokens": 7,
+                    "verifier_accept_k": 1,
+                }
+            ],  # fmt: skip
+            "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "/path/to/target"},
+        },
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "target_hidden_size": None,
+        "tie_word_embeddings": False,
+        "transformer_layer_config": {
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "head_dim": c.head_dim,
+            "hidden_act": c.hidden_act,
+            "hidden_size": c.hidden_size,
+            "initializer_range": 0.02,
+            "intermediate_size": c.intermediate_size,
+            "layer_types": ["sliding_attention"],
+            "max_position_embeddings": c.max_position_embeddings,
+            "mlp_bias": False,
+            "model_type": "llama",
+            "num_attention_heads": c.num_attention_heads,
+            "num_hidden_layers": 1,
+            "num_key_value_heads": c.num_key_value_heads,
+            "pad_token_id": None,
+            "pretraining_tp": 1,
+            "rms_norm_eps": c.rms_norm_eps,
+            "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+            "sliding_window": 2048,
+            "tie_word_embeddings": False,
+            "use_cache": True,
+            "use_sliding_window": True,
+            "vocab_size": c.vocab_size,
+        },  # fmt: skip
+        "transformers_version": "5.19.0",
+        **flags,
+    }
+
+
+def write_speculators(path, state, config):
+    path.mkdir()
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def draft_in_speculators_layout(target, vd, layer_ids):
+    """A random draftsmith draft and the same weights in speculators' layout (draft ids sorted by target id,
+    plus speculators' frozen copy of the target embedding)."""
+    torch.manual_seed(1)
+    draft = Eagle3Draft(
+        EagleConfig(version=3, feature_layers=layer_ids, ttt_steps=3), target.model.config, vd
+    )
+    for p in draft.parameters():  # norms start at 1: randomise everything so a swapped norm shows
+        torch.nn.init.normal_(p, 0.0, 0.3)
+    used = torch.randperm(target.vocab_size)[:vd].sort().values
+    d2t, t2d = used - torch.arange(vd), torch.zeros(target.vocab_size, dtype=torch.bool)
+    t2d[used] = True
+    draft.set_vocab_map(d2t, t2d)
+    inverse = {v: k for k, v in SPECULATORS_TO_DRAFTSMITH.items()}
+    state = {inverse[k]: v.detach().clone() for k, v in draft.state_dict().items() if k in inverse}
+    state["lm_head.weight"] = draft.lm_head_d.weight.detach().clone()
+    state["d2t"], state["t2d"] = d2t, t2d
+    state["embed_tokens.weight"] = target.embed_tokens.weight.detach().clone()
+    return draft, state, used
+
+
+def test_speculators_checkpoint_round_trips_through_the_converter(tiny_random_target, tmp_path):
+    """Oracle: a draftsmith draft written in speculators' layout converts back to identical logits (layer ids
+    unshifted: speculators/vLLM id k is the input of layer k, draftsmith's canonical id k)."""
+    target, vd = tiny_random_target, 40
+    draft, state, used = draft_in_speculators_layout(target, vd, [2, 3, 4])
+    src = write_speculators(tmp_path / "spec", state, speculators_config(target, [2, 3, 4], vd))
+
+    loaded, config = load_drafter(
+        speculators_eagle3(src, target, tmp_path / "converted", ttt_steps=3), target
+    )
+    assert config["feature_layers"] == [2, 3, 4]
+    assert config["converted_from"]["peer"] == "speculators"
+    assert torch.equal(loaded.t2d.nonzero().flatten(), used)
+    draft.attach_target(target.embed_tokens, target.head)
+    g = torch.randn(1, 6, 3 * target.hidden_size)
+    ids = torch.randint(0, target.vocab_size, (1, 6))
+    with torch.no_grad():
+        for ref, got in zip(draft.unroll(g, ids), loaded.unroll(g, ids), strict=True):
+            torch.testing.assert_close(got, ref)
+
+
+def test_speculators_real_layout_converts(tiny_random_target, tmp_path):
+    """The tensor names and shapes of a real speculators checkpoint are exactly what the converter reads."""
+    target, vd = tiny_random_target, 40
+    c = target.model.config
+    assert speculators_layout(96, 288, 96, 96, 2048, 1024) == REAL_SPECULATORS_LAYOUT
+    layout = speculators_layout(c.hidden_size, c.intermediate_size, c.num_attention_heads * c.head_dim,
+                                c.num_key_value_heads * c.head_dim, target.vocab_size, vd)  # fmt: skip
+    torch.manual_seed(2)
+    state = {k: torch.randn(shape) for k, shape in layout.items()}
+    used = torch.randperm(target.vocab_size)[:vd].sort().values
+    state["d2t"] = used - torch.arange(vd)
+    state["t2d"] = torch.zeros(target.vocab_size, dtype=torch.bool).index_fill(0, used, True)
+    state["embed_tokens.weight"] = target.embed_tokens.weight.detach().clone()
+    src = write_speculators(tmp_path / "spec", state, speculators_config(target, [1, 2, 3], vd))
+
+    loaded, config = load_drafter(speculators_eagle3(src, target, tmp_path / "converted"), target)
+    assert config["feature_layers"] == [1, 2, 3]
+    got = loaded.state_dict()
+    for k, v in SPECULATORS_TO_DRAFTSMITH.items():
+        assert torch.equal(got[v], state[k]), k
+    assert torch.equal(got["lm_head_d.weight"], state["lm_head.weight"])  # already sorted by target id
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"config": {"norm_output": True}}, "norm_output"),
+        ({"config": {"norm_before_fc": True}}, "norm_before_fc"),
+        ({"config": {"norm_before_residual": True}}, "norm_before_residual"),
+        ({"state": {"input_norm.weight": torch.ones(96)}}, "does not know"),
+        ({"embed": 1e-3}, "not the target's embedding"),
+        ({"t2d_flip": True}, "t2d does not mark"),
+    ],
+)
+def test_speculators_converter_refuses_what_eagle3draft_cannot_compute(
+    tiny_random_target, tmp_path, change, message
+):
+    target, vd = tiny_random_target, 40
+    _, state, _ = draft_in_speculators_layout(target, vd, [2, 3, 4])
+    state.update(change.get("state", {}))
+    if "embed" in change:
+        state["embed_tokens.weight"] = state["embed_tokens.weight"] + change["embed"]
+    if change.get("t2d_flip"):
+        state["t2d"] = state["t2d"].clone()
+        state["t2d"][state["t2d"].nonzero()[0]] = False
+        state["t2d"][(~state["t2d"]).nonzero()[-1]] = True
+    src = write_speculators(
+        tmp_path / "spec", state, speculators_config(target, [2, 3, 4], vd, **change.get("config", {}))
+    )
+    with pytest.raises(ValueError, match=message):
+        speculators_eagle3(src, target, tmp_path / "converted")

@@ -1,0 +1,111 @@
+"""Target regeneration: batched answers equal unbatched greedy decoding, counts add up, resume skips."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from draftsmith.data.chat_render import render_prompt
+from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
+from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+from draftsmith.scripts.data.regenerate import build_parser, regenerate
+
+N = 5
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, shared_data):
+    """MT-bench (two user turns each) plus a text document and an assistant-only record, which must fail."""
+    path = tmp_path_factory.mktemp("regen") / "in.jsonl"
+    questions = [json.loads(line) for line in (shared_data / "mt_bench" / "question.jsonl").open()][:N]
+    rows = [{"messages": [{"role": "user", "content": t} for t in q["turns"]]} for q in questions]
+    rows.append({"messages": [{"role": "assistant", "content": "no question here"}]})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def run(target, data, out, *extra):
+    args = build_parser().parse_args(
+        ["--target", str(target), "--data", str(data), "--out", str(out), "--max-new-tokens", "12",
+         "--batch-size", "3", "--no-progress", *extra]
+    )  # fmt: skip
+    return regenerate(args)
+
+
+def greedy_answers(target: FrozenTarget, conv) -> list[str]:
+    """Oracle: one conversation at a time, no padding, `generate` token by token from each rendered prompt."""
+    answers: list[str] = []
+    stops = stop_token_ids(target)
+    for prompt in prompt_turns(conv):
+        ids = render_prompt(target.tokenizer, with_answers(prompt, answers), conv.tools)
+        new: list[int] = []
+        with torch.no_grad():
+            for _ in range(12):
+                logits = target.model(torch.tensor([ids + new])).logits[0, -1]
+                token = int(logits.argmax())
+                if token in stops:
+                    break
+                new.append(token)
+        answers.append(target.tokenizer.decode(new, skip_special_tokens=True).strip())
+    return answers
+
+
+def test_batched_greedy_regeneration_equals_unbatched_decoding(tiny_toy_target, data, tmp_path):
+    out = tmp_path / "out.jsonl"
+    counts = run(tiny_toy_target, data, out, "--temperature", "0")
+    assert counts == {"input": N + 1, "written": N, "failed": 1, "skipped": 0}
+    rows = [json.loads(line) for line in out.open()]
+    target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target)))
+    convs = read_conversations(str(data))
+    for row in rows:
+        conv = convs[row["index"]]
+        got = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert got == greedy_answers(target, conv)  # left padding and batching change nothing
+        users = [m["content"] for m in row["messages"] if m["role"] == "user"]
+        assert users == [m["content"] for m in conv.messages if m["role"] == "user"]
+    failed = [json.loads(line) for line in out.with_name("out.jsonl.failed.jsonl").open()]
+    assert [f["index"] for f in failed] == [N] and "no user turn" in failed[0]["reason"]
+    meta = json.loads(out.with_name("out.jsonl.meta.json").read_text())
+    assert meta["sampling"]["temperature"] == 0 and meta["counts"] == counts
+
+
+def test_resume_skips_written_rows_and_drops_a_half_written_line(tiny_toy_target, data, tmp_path):
+    out = tmp_path / "out.jsonl"
+    run(tiny_toy_target, data, out, "--max-samples", "3")  # a first run that "died" after 3 rows
+    complete = out.read_text()
+    out.write_text(complete + '{"index": 3, "messa')  # and was killed while writing the 4th
+    counts = run(tiny_toy_target, data, out)
+    assert counts == {"input": N + 1, "written": N - 3, "failed": 1, "skipped": 3}
+    indices = [json.loads(line)["index"] for line in out.open()]
+    assert sorted(indices) == list(range(N)) and out.read_text().startswith(complete)
+    assert run(tiny_toy_target, data, out) == {"input": N + 1, "written": 0, "failed": 0, "skipped": N + 1}
+
+
+def test_resume_with_other_sampling_settings_is_refused(tiny_toy_target, data, tmp_path):
+    out = tmp_path / "out.jsonl"
+    run(tiny_toy_target, data, out, "--max-samples", "1")
+    with pytest.raises(ValueError, match="same settings"):
+        run(tiny_toy_target, data, out, "--temperature", "0.3")
+
+
+def test_regenerated_file_is_training_data_for_every_recipe(tiny_toy_target, data, tmp_path):
+    """The output goes straight into `data.train`: its trained tokens are exactly the target's answers."""
+    from draftsmith.train.core.data import DataConfig, build_datasets
+
+    out = tmp_path / "out.jsonl"
+    run(tiny_toy_target, data, out, "--temperature", "0", "--max-samples", "2")
+    target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target)))
+    bundle = build_datasets(
+        DataConfig(train=[str(out)], eval=[str(out)]), target.tokenizer, seed=0, progress=False
+    )
+    rows = [json.loads(line) for line in out.open()]
+    assert len(bundle.train) == len(rows) == 2
+    for i, row in enumerate(rows):
+        sample = bundle.train[i]
+        trained = target.tokenizer.decode(
+            sample["input_ids"][sample["loss_mask"].bool()], skip_special_tokens=True
+        )
+        for answer in (m["content"] for m in row["messages"] if m["role"] == "assistant"):
+            assert answer in trained

@@ -1,0 +1,206 @@
+"""`draftsmith push`: the staged folder (checkpoint + validated engine exports + model card), the card's
+figures against a hand-written report, the upload calls (huggingface_hub mocked: no network here), and
+`draftsmith eval --drafter ORG/NAME` resolving a pushed drafter from the Hub cache layout offline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from draftsmith.models.checkpoint import save_drafter
+from draftsmith.models.eagle import EagleConfig
+from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map
+from draftsmith.models.target import FrozenTarget
+from draftsmith.ship.push import main, stage
+
+REPORT = {
+    "tau": 1.734, "tau_stderr": 0.041, "alpha": 0.289, "speedup": 1.27, "lossless": True, "num_prompts": 20,
+    "acceptance_by_depth": [0.61, 0.42, 0.3],
+    "settings": {"data": "mt_bench.jsonl", "temperature": 0.0, "top_p": 1.0, "depth": 3, "tree": "chain",
+                 "seed": 0, "versions": {"draftsmith": "0.1.0", "torch": "2.13.0+cpu", "transformers": "5.23.0",
+                                         "device_name": "cpu"}},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def target(saved_tiny_target) -> FrozenTarget:
+    """The tiny random Llama read from a model directory (exports read the target from disk)."""
+    return saved_tiny_target
+
+
+@pytest.fixture()
+def ckpt(target, tmp_path) -> Path:
+    draft = Eagle3Draft(
+        EagleConfig(version=3, feature_layers=[1, 2, 3], draft_vocab_size=64), target.model.config, 64
+    )
+    draft.set_vocab_map(*build_vocab_map(torch.arange(target.vocab_size).flip(0), 64))
+    recipe = {"data": {"train": ["sharegpt.jsonl"], "eval": ["mt_bench.jsonl"]}, "train": {"lr": 3e-4}}
+    out = save_drafter(tmp_path / "final", draft, target.identity(),
+                       {"training": {"steps": 292, "heldout": {"eval/step0/top1": 0.374}, "recipe": recipe}})  # fmt: skip
+    (out / "eval.json").write_text(json.dumps(REPORT))
+    return out
+
+
+def _front_matter(card: str) -> dict:
+    _, meta, _ = card.split("---\n", 2)
+    return yaml.safe_load(meta)
+
+
+def test_dry_run_writes_checkpoint_exports_and_a_card_with_the_measured_figures(ckpt, tmp_path, capsys):
+    out = tmp_path / "upload"
+    assert (
+        main([str(ckpt), "--repo", "acme/eagle3-tiny", "--dry-run", str(out), "--license", "apache-2.0",
+              "--target-repo", "acme/tiny-llama"]) == 0  # fmt: skip
+    )
+    files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert {"config.json", "model.safetensors", "eval.json", "README.md"} <= files
+    for engine in ("vllm", "sglang"):
+        assert {f"engines/{engine}/config.json", f"engines/{engine}/model.safetensors",
+                f"engines/{engine}/draftsmith_export.json"} <= files  # fmt: skip
+    assert "nothing uploaded" in capsys.readouterr().out
+    card = (out / "README.md").read_text()
+    meta = _front_matter(card)
+    assert meta["library_name"] == "draftsmith" and meta["license"] == "apache-2.0"
+    assert {"speculative-decoding", "eagle3"} <= set(meta["tags"])
+    assert meta["base_model"] == "acme/tiny-llama"  # the local target, named by --target-repo
+    # The tau row and the per-depth row carry the report's own numbers.
+    assert (
+        "| mt_bench.jsonl | 20 | 0.0 | 1.00 | 3 | chain | 0 | **1.734** | 0.041 | 0.289 | 1.27 | True |"
+        in card
+    )
+    assert "| mt_bench.jsonl | 0.0 | 0.610 | 0.420 | 0.300 |" in card
+    assert "- optimizer steps: 292" in card and "['sharegpt.jsonl']" in card
+    assert "--speculative-config" in card and "sglang.launch_server" in card
+    assert "hf download acme/eagle3-tiny --include 'engines/vllm/*'" in card
+
+
+def test_base_model_metadata_for_a_hub_target(ckpt, target, tmp_path):
+    config = json.loads((ckpt / "config.json").read_text())
+    config["target"]["name_or_path"] = "meta-llama/Llama-3.1-8B-Instruct"
+    (ckpt / "config.json").write_text(json.dumps(config))
+    stage(ckpt, tmp_path / "up", "acme/x", target=str(target.name_or_path))
+    assert _front_matter((tmp_path / "up" / "README.md").read_text())["base_model"] == (
+        "meta-llama/Llama-3.1-8B-Instruct"
+    )
+
+
+def test_an_unmeasured_drafter_is_refused_unless_allowed(ckpt, tmp_path):
+    (ckpt / "eval.json").unlink()
+    with pytest.raises(ValueError, match="has no eval.json: measure the drafter first"):
+        stage(ckpt, tmp_path / "up", "acme/x", target_repo="acme/tiny-llama")
+    assert not (tmp_path / "up").exists()
+    stage(ckpt, tmp_path / "up", "acme/x", allow_unmeasured=True, target_repo="acme/tiny-llama")
+    assert "**Not measured.**" in (tmp_path / "up" / "README.md").read_text()
+
+
+def test_upload_creates_the_repo_and_uploads_the_dry_run_folder(ckpt, tmp_path, monkeypatch, capsys):
+    import huggingface_hub
+
+    calls: list[tuple[str, dict]] = []
+
+    class FakeApi:
+        def create_repo(self, **kw):
+            calls.append(("create_repo", kw))
+
+        def create_branch(self, **kw):
+            calls.append(("create_branch", kw))
+
+        def upload_folder(self, **kw):
+            files = sorted(str(p.relative_to(kw["folder_path"])) for p in Path(kw["folder_path"]).rglob("*")
+                           if p.is_file())  # fmt: skip
+            calls.append(("upload_folder", {**kw, "files": files}))
+            return "https://huggingface.co/acme/x/commit/abc"
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_SECRET_TOKEN")
+    assert main([str(ckpt), "--repo", "acme/x", "--private", "--revision", "v1", "--target-repo", "acme/tiny-llama"]) == 0
+    names = [c[0] for c in calls]
+    assert names == ["create_repo", "create_branch", "upload_folder"]
+    assert calls[0][1] == {"repo_id": "acme/x", "repo_type": "model", "private": True, "exist_ok": True}
+    assert calls[1][1]["branch"] == "v1" and calls[2][1]["revision"] == "v1"
+    stage(ckpt, tmp_path / "dry", "acme/x", target_repo="acme/tiny-llama")
+    dry = sorted(str(p.relative_to(tmp_path / "dry")) for p in (tmp_path / "dry").rglob("*") if p.is_file())
+    assert calls[2][1]["files"] == dry  # exactly the folder --dry-run writes
+    captured = capsys.readouterr()
+    assert "hf_SECRET_TOKEN" not in captured.out + captured.err
+
+
+def test_push_without_a_token_says_how_to_log_in(ckpt, monkeypatch, capsys):
+    import huggingface_hub
+
+    from draftsmith.scripts.cli import main as cli
+
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    assert cli(["push", str(ckpt), "--repo", "acme/x", "--target-repo", "acme/tiny-llama"]) == 1
+    assert "no Hugging Face token: set HF_TOKEN or run `hf auth login`" in capsys.readouterr().err
+    assert cli(["push", str(ckpt), "--repo", "not a repo", "--dry-run", "x"]) == 1
+
+
+def test_eval_loads_a_pushed_drafter_by_hub_id_from_the_cache(ckpt, target, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from draftsmith.eval.drafters import EagleDrafter, load_drafter_spec
+
+    staged = tmp_path / "staged"
+    stage(ckpt, staged, "acme/eagle3-tiny", target_repo="acme/tiny-llama")
+    # The Hub cache layout: models--ORG--NAME/{refs/main, snapshots/<commit>/...}
+    cache = tmp_path / "hub"
+    repo_dir = cache / "models--acme--eagle3-tiny"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    shutil.copytree(staged, repo_dir / "snapshots" / commit)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    for spec in ("acme/eagle3-tiny", "acme/eagle3-tiny@main", f"acme/eagle3-tiny@{commit}"):
+        drafter = load_drafter_spec(spec, target)
+        assert isinstance(drafter, EagleDrafter)
+    with pytest.raises((OSError, ValueError)):
+        load_drafter_spec("acme/not-pushed", target)  # not cached, no network: a clear load error
+
+
+def test_uploads_name_the_target_by_its_hub_id_and_hold_no_local_path(ckpt, target, tmp_path):
+    """A local target needs --target-repo; then no staged file holds the test's temporary directory, the
+    target's directory, the home directory or the working directory, and the card and serving commands name
+    the Hub id."""
+    import os
+
+    with pytest.raises(ValueError, match="pass --target-repo ORG/NAME"):
+        stage(ckpt, tmp_path / "refused", "acme/x")
+    out = tmp_path / "up"
+    summary = stage(ckpt, out, "acme/x", target_repo="meta-llama/Llama-3.1-8B-Instruct")
+    assert summary["target"] == "meta-llama/Llama-3.1-8B-Instruct"
+    local = {str(tmp_path), str(target.name_or_path), str(Path(target.name_or_path).resolve()),
+             str(Path.home()), os.getcwd(), "/tmp/"}  # fmt: skip
+    texts = {p: p.read_text() for p in out.rglob("*") if p.suffix in (".json", ".md", ".yaml")}
+    assert len(texts) >= 6  # the root config and report, each engine's config and export record, the card
+    for path, text in texts.items():
+        for leak in local:
+            assert leak not in text, (path, leak)
+    card = texts[out / "README.md"]
+    assert _front_matter(card)["base_model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in card
+    config = json.loads((out / "config.json").read_text())
+    assert config["target"]["name_or_path"] == "meta-llama/Llama-3.1-8B-Instruct"
+    from draftsmith.models.checkpoint import read_drafter_weights
+
+    read_drafter_weights(out, config)  # the rewritten config still checks the weights it ships with
+
+
+def test_push_while_offline_is_one_line(ckpt, monkeypatch, capsys):
+    """No network (the Hub endpoint refuses connections): one line, nothing uploaded, no traceback."""
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    from draftsmith.scripts.cli import main as cli
+
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_x")
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    assert cli(["push", str(ckpt), "--repo", "acme/x", "--target-repo", "acme/tiny-llama"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach the Hugging Face Hub" in err and "Traceback" not in err and "--dry-run" in err

@@ -1,0 +1,231 @@
+"""The offline hidden-state cache: storage codec, shard planning, what is stored, integrity checks,
+resume, process sharding, and training from it without the target's layers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftsmith.models.target import FrozenTarget, TargetConfig
+from draftsmith.train.cache.build import build_cache, finish_index
+from draftsmith.train.cache.store import CacheError, FeatureCache, decode, encode, plan_shards
+from draftsmith.train.core.config import load_config
+from draftsmith.train.core.data import build_datasets, collate
+from draftsmith.train.eagle import RECIPE as EAGLE_RECIPE
+from draftsmith.train.eagle import build_method as build_eagle
+from draftsmith.train.medusa import RECIPE as MEDUSA_RECIPE
+from draftsmith.train.medusa import cache_layers as medusa_layers
+
+REPO = Path(__file__).resolve().parents[3]
+SMALL = ["data.max_samples=24", "data.eval_max_samples=6", "data.max_len=192"]
+
+
+def eagle_cfg(target: Path, cache: Path, *more: str):
+    return load_config(
+        EAGLE_RECIPE, REPO / "recipes" / "eagle" / "eagle3_tiny.yaml",
+        [f"target.path={target}", f"data.cache={cache}", *SMALL, *more],
+    )  # fmt: skip
+
+
+def build(cfg, storage="bf16", shard_tokens=400, rank=0, world=1) -> Path:
+    planned = build_cache("eagle", cfg, storage, shard_tokens, 4, rank=rank, world=world, progress=False)
+    out = Path(cfg.data.cache)
+    finish_index(out, out / "settings.json", planned)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bf16_cache(tiny_toy_target, tmp_path_factory) -> Path:
+    return build(eagle_cfg(tiny_toy_target, tmp_path_factory.mktemp("c") / "bf16"))
+
+
+def test_codec_round_trip_error_bounds():
+    torch.manual_seed(0)
+    x = torch.randn(300, 16) * torch.logspace(-3, 2, 16)  # channels of very different scales
+    bf16 = decode(*_parts(encode(x, "bf16")))
+    assert ((bf16 - x).abs() <= x.abs() * 2**-8 + 1e-30).all()  # bf16: 8 significant bits
+    q = encode(x, "fp8")
+    assert q[""].dtype == torch.float8_e4m3fn and q[".scale"].shape == (16,)
+    fp8 = decode(*_parts(q))
+    amax = x.abs().amax(0)
+    # e4m3: 4 significant bits for normal values (relative 2**-4), absolute 2**-10 * scale below 2**-6 * scale
+    bound = torch.maximum(x.abs() * 2**-4, (amax / 448) * 2**-10)
+    assert ((fp8 - x).abs() <= bound * 1.0001).all()
+    # each channel's largest magnitude maps to 448, which e4m3 holds exactly
+    torch.testing.assert_close(fp8.abs().amax(0), amax, rtol=1e-6, atol=0)
+
+
+def _parts(stored: dict[str, torch.Tensor]):
+    return stored[""], stored.get(".scale")
+
+
+def test_plan_shards_by_tokens():
+    assert plan_shards([5, 5, 5, 5, 5], 10) == [(0, 2), (2, 4), (4, 5)]
+    assert plan_shards([30, 1, 1], 10) == [(0, 1), (1, 3)]
+    assert plan_shards([], 10) == []
+
+
+def test_cache_holds_the_targets_features_for_the_recipe(tiny_toy_target, bf16_cache):
+    cache = FeatureCache.open(bf16_cache)
+    target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target), dtype="float32"))
+    assert cache.layers == [2, target.num_layers // 2, target.num_layers - 3, "final"]  # EAGLE-3 taps + final
+    assert not any("logits" in k for k in json.dumps(cache.index))  # never vocabulary-sized logits
+    cfg = eagle_cfg(tiny_toy_target, bf16_cache)
+    data = build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=False)
+    for split, online in (("train", data.train), ("eval", data.eval)):
+        cached = cache.dataset(split)
+        assert len(cached) == len(online) > 0
+        for i in (0, len(online) - 1):
+            item = cached[i]
+            assert torch.equal(item["input_ids"], online[i]["input_ids"])
+            assert torch.equal(item["loss_mask"], online[i]["loss_mask"])
+            feats, _ = target.forward(item["input_ids"][None], layer_ids=cache.layers)
+            for lid in cache.layers:
+                ref = feats[lid][0]
+                assert ((item[f"feat.{lid}"] - ref).abs() <= ref.abs() * 2**-8 + 1e-6).all(), (split, i, lid)
+
+
+def test_fp8_cache_halves_the_bytes(tiny_toy_target, bf16_cache, tmp_path):
+    fp8 = build(eagle_cfg(tiny_toy_target, tmp_path / "fp8"), storage="fp8")
+    a, b = FeatureCache.open(bf16_cache).index, FeatureCache.open(fp8).index
+    for split in ("train", "eval"):
+        # fp8: one byte per value instead of two, plus one float32 scale per channel, layer and shard
+        scales = 4 * b["hidden_size"] * len(b["layers"]) * len(b["splits"][split]["shards"])
+        assert b["splits"][split]["feature_bytes"] == a["splits"][split]["feature_bytes"] // 2 + scales
+    x, y = FeatureCache.open(bf16_cache).dataset("train")[3], FeatureCache.open(fp8).dataset("train")[3]
+    for key in ("feat.2", "feat.final"):
+        amax = x[key].abs().amax(0)
+        assert (
+            (y[key] - x[key]).abs() <= torch.maximum(x[key].abs() * 2**-4, amax * 2**-10) * 1.02 + 1e-6
+        ).all()
+
+
+def test_truncated_and_corrupt_shards_are_named(tiny_toy_target, tmp_path):
+    out = build(eagle_cfg(tiny_toy_target, tmp_path / "c"))
+    shard = out / "train-00001.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one flipped byte in the features
+    shard.write_bytes(bytes(data))
+    lazy = FeatureCache.open(out, verify=False)  # sizes agree: only the checksum can tell, checked on first read
+    train = lazy.dataset("train")
+    first_other = next(i for i in range(len(train)) if train.shards[1]["samples"][0] <= i)
+    train[0]  # shard 0 is intact: read
+    with pytest.raises(CacheError, match=r"train-00001\.safetensors is corrupt"):
+        train[first_other]  # no sample of the corrupt shard is ever returned
+    with pytest.raises(CacheError, match=r"train-00001\.safetensors is corrupt"):
+        lazy.dataset("train").tokens_only()[first_other]
+    with pytest.raises(CacheError, match=r"train-00001\.safetensors is corrupt"):
+        FeatureCache.open(out)
+    shard.write_bytes(bytes(data[:-100]))
+    with pytest.raises(CacheError, match=r"train-00001\.safetensors is truncated"):
+        FeatureCache.open(out, verify=False)
+    with pytest.raises(CacheError, match="holds no index.json"):
+        FeatureCache.open(tmp_path / "nothing")
+
+
+def test_an_interrupted_build_resumes_and_rewrites_only_what_is_missing_or_damaged(tiny_toy_target, tmp_path):
+    cfg = eagle_cfg(tiny_toy_target, tmp_path / "c")
+    out = build(cfg)
+    index = json.loads((out / "index.json").read_text())
+    shards = sorted(out.glob("*.safetensors"))
+    assert len(shards) >= 4
+    (out / "index.json").unlink()  # as if killed before the end
+    (out / "train-00000.json").unlink()  # its shard counts as unfinished
+    with (out / "eval-00000.safetensors").open("r+b") as f:  # damaged after it was recorded
+        f.truncate(100)
+    for p in shards:
+        os.utime(p, (1, 1))
+    build(cfg)
+    rewritten = {p.name for p in shards if p.stat().st_mtime > 1}
+    assert rewritten == {"train-00000.safetensors", "eval-00000.safetensors"}
+    assert json.loads((out / "index.json").read_text()) == index  # the same bytes, the same checksums
+    with pytest.raises(ValueError, match="other settings"):
+        build(eagle_cfg(tiny_toy_target, out, "data.max_len=64"))
+
+
+def test_two_processes_split_the_shards_and_write_the_same_cache(tiny_toy_target, bf16_cache, tmp_path):
+    out = tmp_path / "two"
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            "-m", "draftsmith.train.cache.build", "eagle", "--config",
+            str(REPO / "recipes" / "eagle" / "eagle3_tiny.yaml"), f"target.path={tiny_toy_target}",
+            f"data.cache={out}", *SMALL, "--shard-tokens", "400", "--batch-size", "4"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one, two = (
+        json.loads((bf16_cache / "index.json").read_text()),
+        json.loads((out / "index.json").read_text()),
+    )
+    assert [s["sha256"] for s in two["splits"]["train"]["shards"]] == [
+        s["sha256"] for s in one["splits"]["train"]["shards"]
+    ]
+    assert "train from it with" in proc.stdout
+
+
+def test_training_batches_from_the_cache_give_the_online_loss(tiny_toy_target, bf16_cache):
+    """EAGLE-3's loss terms on a cached batch (features from disk, logits through the frozen head of a
+    target loaded without its layers) equal those of the same batch computed online."""
+    cfg = eagle_cfg(tiny_toy_target, bf16_cache)
+    live = FrozenTarget.load(cfg.target)
+    head_only = FrozenTarget.load(cfg.target, layers=0)
+    assert not head_only.has_layers and len(head_only.decoder.layers) == 0
+    assert head_only.identity() == live.identity()
+    assert sum(p.numel() for p in head_only.model.parameters()) < 0.5 * sum(
+        p.numel() for p in live.model.parameters()
+    )
+    cache = FeatureCache.open(bf16_cache)
+    samples = [cache.dataset("train")[i] for i in range(4)]
+    cached = collate(samples, 0)
+    online = {k: v for k, v in cached.items() if not k.startswith("feat.")}
+    data = build_datasets(cfg.data, live.tokenizer, seed=0, progress=False)
+    torch.manual_seed(0)
+    method_live = build_eagle(cfg, live, data)
+    torch.manual_seed(0)
+    method_cached = build_eagle(cfg, head_only, data)
+    method_cached.model.load_state_dict(method_live.model.state_dict())
+    a, _ = method_live.loss_terms(method_live.model, online)
+    b, _ = method_cached.loss_terms(method_cached.model, cached)
+    torch.testing.assert_close(b, a, rtol=2e-3, atol=1e-3)
+    with pytest.raises(RuntimeError, match="without its decoder layers"):
+        method_cached.loss_terms(method_cached.model, online)
+
+
+def test_drafters_that_need_the_live_target_refuse_a_cache(tiny_toy_target):
+    cfg = load_config(
+        MEDUSA_RECIPE, REPO / "recipes" / "medusa" / "medusa2_toy.yaml", [f"target.path={tiny_toy_target}"]
+    )
+    with pytest.raises(ValueError, match="Medusa-2 trains an adapter inside the target"):
+        medusa_layers(cfg, None)  # type: ignore[arg-type]
+    from draftsmith.train.distill import RECIPE as DISTILL_RECIPE
+    from draftsmith.train.distill import cache_layers as distill_layers
+
+    on_policy = load_config(DISTILL_RECIPE, None, ["target.path=t", "distill.on_policy=0.5"])
+    with pytest.raises(ValueError, match="on_policy=0.5 scores the draft's own samples with the live target"):
+        distill_layers(on_policy, None)  # type: ignore[arg-type]
+    assert distill_layers(load_config(DISTILL_RECIPE, None, ["target.path=t"]), None) == ["final"]  # type: ignore[arg-type]
+
+
+def test_recipe_trains_from_the_cache_on_two_processes(tiny_toy_target, bf16_cache, tmp_path):
+    """`accelerate launch --config_file recipes/accelerate/ddp.yaml train/eagle.py ... data.cache=DIR`."""
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+            str(REPO / "recipes" / "accelerate" / "ddp.yaml"), "--num_processes", "2", "--main_process_port", "0",
+            str(REPO / "train" / "eagle.py"), "--config", str(REPO / "recipes" / "eagle" / "eagle3_tiny.yaml"),
+            f"target.path={tiny_toy_target}", f"data.cache={bf16_cache}", f"output_dir={out}", *SMALL,
+            "train.max_steps=4", "train.micro_batch_size=2", "log.every=1", "checkpoint.every=0"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = json.loads((out / "final" / "config.json").read_text())
+    assert config["training"]["recipe"]["data"]["cache"] == str(bf16_cache)
+    assert (
+        config["target"]["num_layers"]
+        == FrozenTarget.load(TargetConfig(path=str(tiny_toy_target))).num_layers
+    )
+    assert "verify cache" in proc.stderr

@@ -1,0 +1,1 @@
+"""The offline feature cache: `store` (format, integrity, reading) and `build` (`draftsmith cache`)."""
