@@ -27,13 +27,13 @@ from typing import Any
 from draftsmith.toy.tiny_targets import ARCHITECTURES, available, build_tiny_target
 
 KINDS: dict[str, tuple[str, str, list[str]]] = {  # kind -> (train method, recipe, overrides)
-    "medusa": ("medusa", "medusa/tiny.yaml", ["model.num_heads=2"]),
-    "medusa2": ("medusa", "medusa/medusa2_toy.yaml", ["model.num_heads=2", "medusa2.warmup_steps=1"]),
+    "medusa": ("medusa", "medusa/tiny.yaml", ["draft.num_heads=2"]),
+    "medusa2": ("medusa", "medusa/medusa2_toy.yaml", ["draft.num_heads=2", "medusa2.warmup_steps=1"]),
     "eagle": ("eagle", "eagle/eagle1_toy.yaml", []),
     "eagle3": ("eagle", "eagle/eagle3_tiny.yaml", ["draft.feature_layers=[1,2,3]", "draft.ttt_steps=2"]),
     "eagle3_qwen3": ("eagle", "eagle/eagle3_tiny.yaml",
                      ["draft.feature_layers=[1,2,3]", "draft.ttt_steps=2", "draft.layer=qwen3"]),
-    "mtp": ("mtp", "mtp/toy.yaml", ["model.num_modules=1", "train.allow_unserved=false"]),
+    "mtp": ("mtp", "mtp/toy.yaml", ["draft.num_modules=1", "train.allow_unserved=false"]),
     "draft_lm": ("distill", "distill/toy.yaml", []),
 }
 EXPORT_KIND = {"medusa2": "medusa", "eagle3_qwen3": "eagle3"}  # the checkpoint kind a training kind exports as

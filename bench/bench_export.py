@@ -28,8 +28,8 @@ def _doc_diff(kind: str, engine: str, out: Path, ckpt: str, built_layout: str) -
     import engine_reference as ref
 
     from draftsmith.models.checkpoint import load_drafter, read_drafter_config
-    from draftsmith.models.eagle3 import shift_left
     from draftsmith.models.mtp import shift_tokens
+    from draftsmith.models.parts import shift_left
     from draftsmith.models.target import FrozenTarget, TargetConfig
     from draftsmith.ship.check_engine_load import sample_ids
 

@@ -1,6 +1,6 @@
 """Medusa-2 against Medusa-1 on the toy target: tau and the adapted target's drift (docs/BENCHMARKS.md).
 
-    draftsmith train medusa --config recipes/medusa/toy.yaml target.path=$T output_dir=$M1 model.num_heads=5
+    draftsmith train medusa --config recipes/medusa/toy.yaml target.path=$T output_dir=$M1 draft.num_heads=5
     draftsmith train medusa --config recipes/medusa/medusa2_toy.yaml target.path=$T output_dir=$M2
     python -m bench.bench_medusa2 --target $T --medusa1 $M1/final --medusa2 $M2/final --out FILE
 

@@ -2,7 +2,7 @@
 
     python -m bench.bench_mtp --target DIR --out DIR [--depths 1 2 3] [--num-prompts 20]
 
-Each D trains `recipes/mtp/toy.yaml` with `model.num_modules=D` (same data and steps for every D), then is
+Each D trains `recipes/mtp/toy.yaml` with `draft.num_modules=D` (same data and steps for every D), then is
 measured by real speculative decoding, a chain of D, on held-out prompts at T=0 and T=1. One JSON line per
 D goes to OUT/mtp.json as it finishes; a rerun skips finished depths.
 """
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         run = args.out / f"mtp{D}"
         t0 = time.perf_counter()
         mtp.main(["--config", str(repo / "recipes" / "mtp" / "toy.yaml"), f"target.path={args.target}",
-                  f"output_dir={run}", f"model.num_modules={D}", "checkpoint.every=0"])  # fmt: skip
+                  f"output_dir={run}", f"draft.num_modules={D}", "checkpoint.every=0"])  # fmt: skip
         row: dict = {"D": D, "train_s": time.perf_counter() - t0}
         heldout = json.loads((run / "final" / "config.json").read_text())["training"]["heldout"]
         row["agree"] = [heldout.get(f"eval/depth{k}/agree") for k in range(1, D + 1)]

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if "target_forward" not in done:
         cfg = TargetConfig(path=args.target)
         target = FrozenTarget.load(cfg)
-        from draftsmith.train.core.config import load_config
+        from draftsmith.config.loader import load_config
         from draftsmith.train.eagle import RECIPE
 
         recipe = load_config(

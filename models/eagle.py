@@ -1,5 +1,5 @@
 """EAGLE-1 (Li et al. 2024; SafeAILab/EAGLE), per ALGORITHMS.md sections 1.2, 1.3 and 3, plus what EAGLE-1 and
-EAGLE-3 share: the config and the target attachment (the draft layer is models/draft_layer.py).
+EAGLE-3 share: the config (the draft layer is models/draft_layer.py, the target attachment models/parts.py).
 
 EAGLE-1 autoregresses on the target's post-norm last hidden state ("final"). At column t it reads the pair
 (f_t, x_{t+1}) and predicts the feature f_{t+1}; the frozen target LM head turns that into a distribution over
@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .draft_layer import DraftLayer
+from .parts import DrafterOnTarget, causal_mask
 
 
 @dataclass
@@ -93,49 +94,6 @@ class EagleConfig:
             raise ValueError(
                 f"draft.draft_vocab_size must be >= 0 (0 = full vocabulary), got {self.draft_vocab_size}"
             )
-
-
-def causal_mask(length: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Causal mask `[1, 1, T, T]` bool, True = attend (column t sees columns <= t), for SDPA."""
-    cols = torch.arange(length, device=device)
-    return (cols[None, :] <= cols[:, None])[None, None]
-
-
-class FrozenParts:
-    """The target's embedding and LM head as the drafter uses them: frozen, shared, not saved, and not
-    registered as submodules (so the drafter's state dict and optimizer never see them)."""
-
-    def __init__(self, embed_tokens: nn.Module, lm_head: nn.Module):
-        self.embed_tokens = embed_tokens
-        self.lm_head = lm_head
-
-
-class DrafterOnTarget(nn.Module):
-    """A drafter built from the target's config that borrows its frozen embedding and LM head (EAGLE, MTP):
-    constructed as `cls(config, target_config, vocab_size)`, with the target config saved in its checkpoint."""
-
-    target_config: Any  # the target's transformers config
-    frozen: FrozenParts | None
-
-    def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module) -> None:
-        """Use the target's (frozen) embedding and LM head."""
-        self.frozen = FrozenParts(embed_tokens, lm_head)
-
-    def _parts(self) -> FrozenParts:
-        if self.frozen is None:
-            raise RuntimeError("attach_target(embed_tokens, lm_head) must be called before the forward")
-        return self.frozen
-
-    def extra_checkpoint_config(self) -> dict[str, Any]:
-        return {"target_config": self.target_config.to_dict()}
-
-    @classmethod
-    def from_checkpoint_config(cls, drafter_config: Any, saved: dict[str, Any]) -> DrafterOnTarget:
-        from transformers import AutoConfig
-
-        raw = dict(saved["target_config"])
-        target_config = AutoConfig.for_model(raw.pop("model_type"), **raw)
-        return cls(drafter_config, target_config, int(saved["draft_vocab_size"]))
 
 
 class _EagleBase(DrafterOnTarget):

@@ -28,6 +28,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from .eagle import DraftLayer, EagleConfig, _EagleBase
+from .parts import shift_left
 from .ttt_attention import TTT_PATTERN, TTTPattern
 
 
@@ -64,11 +65,6 @@ def ttt_mask(length: int, step: int, device: torch.device | str = "cpu") -> torc
     causal = cols[None, :] <= cols[:, None]
     diag = cols[None, :] == cols[:, None]
     return torch.cat([causal] + [diag] * step, dim=1)[None, None]
-
-
-def shift_left(x: torch.Tensor) -> torch.Tensor:
-    """x[:, t] <- x[:, t+1], last column zero (the reference code's shift)."""
-    return torch.cat([x[:, 1:], torch.zeros_like(x[:, :1])], dim=1)
 
 
 class Eagle3Draft(_EagleBase):

@@ -37,21 +37,21 @@ import torch
 from torch import nn
 
 from .draft_layer import draft_layer_config
-from .eagle import DrafterOnTarget, FrozenParts, causal_mask
+from .parts import DrafterOnTarget, FrozenParts, causal_mask
 
 
 @dataclass
 class MTPConfig:
-    """MTP hyper-parameters (the `model:` section of recipes/mtp/*.yaml)."""
+    """MTP hyper-parameters (the `draft:` section of recipes/mtp/*.yaml)."""
 
     num_modules: int = field(default=2, metadata={"help": "D: sequential modules; module k predicts t+k+1."})
     loss_weight: float = field(default=1.0, metadata={"help": "lambda: the loss is lambda/D * sum_k CE_k."})
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_modules <= 4:
-            raise ValueError(f"model.num_modules must be 1..4, got {self.num_modules}")
+            raise ValueError(f"draft.num_modules must be 1..4, got {self.num_modules}")
         if self.loss_weight <= 0:
-            raise ValueError(f"model.loss_weight must be > 0, got {self.loss_weight}")
+            raise ValueError(f"draft.loss_weight must be > 0, got {self.loss_weight}")
 
 
 def shift_tokens(input_ids: torch.Tensor, k: int) -> torch.Tensor:

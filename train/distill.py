@@ -22,25 +22,24 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_positions, chunked_loss
 from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, draft_layer_indices, save_draft_lm
-from draftsmith.models.eagle3 import shift_left
 from draftsmith.models.errors import run_main
-from draftsmith.models.losses import (
-    LOSS_CHUNK_TOKENS,
-    ChunkResult,
-    chunk_positions,
-    chunked_loss,
-    distill_loss,
-)
+from draftsmith.models.losses import distill_loss
+from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig, TargetHead, stop_token_ids
 from draftsmith.train.core.data import DataBundle, DataConfig, collate, left_pad
 from draftsmith.train.core.entry import train_main
-from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.loop import LoopResult
+from draftsmith.train.core.method import TrainingMethod
+from draftsmith.train.core.recipe import Recipe
+from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 
 TAU_ESTIMATE_DEPTH = 5
 
@@ -134,7 +133,7 @@ def draft_head(draft: Any, length: int = 8) -> TargetHead:
     return head
 
 
-class DistillMethod:
+class DistillMethod(TrainingMethod):
     """The loop's view of distillation: one loss term over answer positions.
 
     `loss_chunk`: tokens whose logits (the draft's and the target's) are computed at once (see
@@ -249,6 +248,15 @@ class DistillMethod:
             return {}
         return {f"{prefix}/tau_estimate": sum(alpha**d for d in range(TAU_ESTIMATE_DEPTH + 1))}
 
+    def report(self, result: LoopResult) -> str:
+        return format_report(result.eval, self.term_names[0], result.initial_eval)
+
+    def save_final(
+        self, out: Path, target: FrozenTarget, extra: dict[str, Any], state_dict: dict[str, Any] | None
+    ) -> Path:
+        """A transformers directory with the target's tokenizer (what engines load as a draft model)."""
+        return save_draft_lm(out, self.model, target, extra, state_dict=state_dict)
+
 
 def cache_layers(cfg: DistillRecipe, target: FrozenTarget) -> list[LayerId]:
     """What an offline cache must hold: `final`, through which the frozen head gives the target's logits."""
@@ -298,10 +306,8 @@ def offline_target_layers(cfg: DistillRecipe) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return train_main(
-        DistillRecipe, argv, "draftsmith train distill", __doc__ or "", build_method,
-        lambda result, method: format_report(result.eval, method.term_names[0], result.initial_eval),
-        save=save_draft_lm, cache_layers=cache_layers,
-        offline_target_layers=offline_target_layers,
+        Recipe(DistillRecipe, "draftsmith train distill", __doc__ or "", build_method, cache_layers,
+               offline_target_layers), argv,
     )  # fmt: skip
 
 

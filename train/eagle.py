@@ -19,23 +19,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_positions, chunked_loss
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
-from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, default_feature_layers, shift_left
+from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, default_feature_layers
 from draftsmith.models.errors import run_main
-from draftsmith.models.losses import (
-    LOSS_CHUNK_TOKENS,
-    ChunkResult,
-    chunk_positions,
-    chunked_loss,
-    eagle1_chunk_loss,
-    eagle1_mask,
-    eagle3_step_loss,
-)
+from draftsmith.models.losses import eagle1_chunk_loss, eagle1_mask, eagle3_step_loss
+from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
-from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.loop import LoopResult
+from draftsmith.train.core.method import TrainingMethod
 from draftsmith.train.core.metrics import chain_tau_estimate
+from draftsmith.train.core.recipe import Recipe
+from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 
 TAU_ESTIMATE_DEPTH = 5  # EAGLE-1 trains one step; its estimate assumes that accuracy at every depth
 
@@ -74,7 +71,7 @@ def step_masks(batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]
     return out
 
 
-class EagleMethod:
+class EagleMethod(TrainingMethod):
     """The loop's view of EAGLE: features from the frozen target, the drafter, its loss terms.
 
     `loss_chunk`: tokens whose logits (the draft's and the target's soft labels) are computed at once (see
@@ -89,11 +86,11 @@ class EagleMethod:
         self.model: nn.Module = draft
         self.version = draft.config.version
         if self.version == 1:
-            self.term_names = ["step0_reg", "step0"]
+            self.term_names = ["depth1_reg", "depth1"]
             self.term_weights = torch.tensor([draft.config.reg_weight, draft.config.cls_weight])
         else:
             S = draft.config.ttt_steps
-            self.term_names = [f"step{s}" for s in range(S)]
+            self.term_names = [f"depth{s + 1}" for s in range(S)]  # TTT step s drafts depth s+1
             self.term_weights = torch.tensor([draft.config.step_decay**s for s in range(S)])
         self.feature_layers = tuple(draft.feature_layers)
 
@@ -137,6 +134,9 @@ class EagleMethod:
         if self.version == 1:
             accs = accs * TAU_ESTIMATE_DEPTH
         return {f"{prefix}/tau_estimate": chain_tau_estimate(accs)}
+
+    def report(self, result: LoopResult) -> str:
+        return format_step_table(result.eval, self.term_names, result.initial_eval)
 
 
 def _eagle1_chunk(
@@ -218,26 +218,22 @@ def build_method(cfg: EagleRecipe, target: FrozenTarget, data: DataBundle) -> Ea
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return train_main(
-        EagleRecipe, argv, "draftsmith train eagle", __doc__ or "", build_method,
-        lambda result, method: format_step_table(result.eval, method.term_names, result.initial_eval),
-        cache_layers=cache_layers,
-    )  # fmt: skip
+    return train_main(Recipe(EagleRecipe, "draftsmith train eagle", __doc__ or "", build_method, cache_layers), argv)
 
 
 def format_step_table(
     metrics: dict[str, float], term_names: list[str], start: dict[str, float] | None = None
 ) -> str:
-    """Markdown table of held-out teacher-forced top-1 per step, and the tau estimate (start -> end)."""
+    """Markdown table of held-out teacher-forced top-1 per depth (TTT step), and the tau estimate (start -> end)."""
     start = start or {}
-    rows = ["| step | predicts | top-1 | loss |", "|---|---|---|---|"]
+    rows = ["| depth | predicts | top-1 | loss |", "|---|---|---|---|"]
     for s, name in enumerate(n for n in term_names if not n.endswith("_reg")):
         cells = []
         for key in ("top1", "loss"):
             k = f"eval/{name}/{key}"
             if k in metrics:
                 cells.append(f"{start[k]:.3f} -> {metrics[k]:.3f}" if k in start else f"{metrics[k]:.3f}")
-        rows.append(f"| {s} | x(t+{s + 2}) | " + " | ".join(cells) + " |")
+        rows.append(f"| {s + 1} | x(t+{s + 2}) | " + " | ".join(cells) + " |")
     if "eval/tau_estimate" in metrics:
         begin = f"{start['eval/tau_estimate']:.3f} -> " if "eval/tau_estimate" in start else ""
         rows.append(

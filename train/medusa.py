@@ -19,13 +19,9 @@ import torch
 from torch import nn
 
 from draftsmith.models.checkpoint import save_drafter
-from draftsmith.models.eagle3 import shift_left
+from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_positions, chunked_loss
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import (
-    LOSS_CHUNK_TOKENS,
-    ChunkResult,
-    chunk_positions,
-    chunked_loss,
     divergence,
     medusa_head_loss,
     medusa_loss,
@@ -34,10 +30,14 @@ from draftsmith.models.losses import (
 )
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.medusa2 import ADAPTER_DIR, Medusa2Config, Medusa2Model
+from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
-from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.loop import LoopResult
+from draftsmith.train.core.method import TrainingMethod
+from draftsmith.train.core.recipe import Recipe
+from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 
 
 @dataclass
@@ -50,7 +50,7 @@ class MedusaRecipe:
     seed: int = field(default=0, metadata={"help": "Seed for initialisation, data split and order."})
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    model: MedusaConfig = field(default_factory=MedusaConfig)
+    draft: MedusaConfig = field(default_factory=MedusaConfig)
     medusa2: Medusa2Config = field(default_factory=Medusa2Config)
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -61,7 +61,7 @@ class MedusaRecipe:
 RECIPE = MedusaRecipe  # the config tree of this method, for tools such as `draftsmith data inspect`
 
 
-class MedusaMethod:
+class MedusaMethod(TrainingMethod):
     """The loop's view of Medusa: heads over the frozen target's `final` features.
 
     `loss_chunk`: tokens whose logits are computed at once (see `chunked_loss`); the loss is the same for
@@ -94,6 +94,9 @@ class MedusaMethod:
         sums = torch.cat([h[0] for h in per_head])
         return sums, {name: torch.cat([h[2][name] for h in per_head]) for name in ("top1", "top5")}
 
+    def report(self, result: LoopResult) -> str:
+        return format_accuracy_table(result.eval, len(self.term_names), result.initial_eval)
+
 
 def _head_loss(heads: MedusaHeads, k: int) -> Any:
     """Head k's (0-based) loss on one chunk: `(trunk [B, c, H], labels [B, c], mask [B, c])` -> sums."""
@@ -104,7 +107,7 @@ def _head_loss(heads: MedusaHeads, k: int) -> Any:
     return fn
 
 
-class Medusa2Method:
+class Medusa2Method(TrainingMethod):
     """Medusa-2 (ALGORITHMS.md 2.2): term 0 is the backbone's self-distillation KL(p_original || p_adapted)
     over answer positions, terms 1..K the heads' cross-entropy weighted lambda_0 * decay**k."""
 
@@ -131,6 +134,19 @@ class Medusa2Method:
         same = (adapted[m].argmax(-1) == original[m].argmax(-1)).sum().float().reshape(1)
         return torch.cat([kl.sum().reshape(1), sums]), {k: torch.cat([same, v]) for k, v in metrics.items()}
 
+    def report(self, result: LoopResult) -> str:
+        return format_accuracy_table(result.eval, len(self.term_names) - 1, result.initial_eval)
+
+    def save_final(
+        self, out: Path, target: FrozenTarget, extra: dict[str, Any], state_dict: dict[str, Any] | None
+    ) -> Path:
+        """The heads, plus the adapter in `adapter/` (peft's format). Medusa-2 runs only where its parameters stay
+        whole on every rank (DDP, ZeRO-1/2), so `state_dict` is None here."""
+        model: Any = self.model
+        final = save_drafter(out, model.heads, target.identity(), {**extra, "medusa2": {"adapter": ADAPTER_DIR}})
+        model.backbone.save_pretrained(str(final / ADAPTER_DIR))
+        return final
+
     def param_groups(self) -> list[dict[str, Any]]:
         """The adapter at train.lr after `warmup_steps` heads-only steps; the heads at a larger rate."""
         model: Any = self.model
@@ -151,36 +167,16 @@ def cache_layers(cfg: MedusaRecipe, target: FrozenTarget) -> list[LayerId]:
 
 
 def build_method(cfg: MedusaRecipe, target: FrozenTarget, data: DataBundle) -> MedusaMethod | Medusa2Method:
-    heads = MedusaHeads(cfg.model, target.hidden_size, target.vocab_size)
-    if cfg.model.init_from_lm_head:
+    heads = MedusaHeads(cfg.draft, target.hidden_size, target.vocab_size)
+    if cfg.draft.init_from_lm_head:
         heads.init_from_lm_head(target.lm_head.weight)
     if cfg.medusa2.enabled:
         return Medusa2Method(Medusa2Model(target.model, heads, cfg.medusa2), cfg.medusa2)
     return MedusaMethod(target, heads)
 
 
-def save_final(
-    out: Path,
-    model: Any,
-    target: FrozenTarget,
-    extra: dict[str, Any],
-    state_dict: dict[str, Any] | None = None,
-) -> Path:
-    """Medusa-1: the heads. Medusa-2: the heads plus the adapter in `adapter/` (peft's format). Medusa-2 runs
-    only where its parameters stay whole on every rank (DDP, ZeRO-1/2), so `state_dict` is None for it."""
-    if not isinstance(model, Medusa2Model):
-        return save_drafter(out, model, target.identity(), extra, state_dict=state_dict)
-    final = save_drafter(out, model.heads, target.identity(), {**extra, "medusa2": {"adapter": ADAPTER_DIR}})
-    model.backbone.save_pretrained(str(final / ADAPTER_DIR))
-    return final
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    return train_main(
-        MedusaRecipe, argv, "draftsmith train medusa", __doc__ or "", build_method,
-        lambda result, method: format_accuracy_table(result.eval, len(method.term_names), result.initial_eval),
-        save=save_final, cache_layers=cache_layers,
-    )  # fmt: skip
+    return train_main(Recipe(MedusaRecipe, "draftsmith train medusa", __doc__ or "", build_method, cache_layers), argv)
 
 
 def format_accuracy_table(

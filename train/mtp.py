@@ -3,7 +3,7 @@
     accelerate launch train/mtp.py --config recipes/mtp/toy.yaml target.path=DIR output_dir=OUT
     draftsmith train mtp --config recipes/mtp/toy.yaml target.path=DIR output_dir=OUT [--resume]
 
-Module k (k = 1..model.num_modules) at column i predicts t_{i+k+1}; the loss is (lambda / D) * sum_k of its
+Module k (k = 1..draft.num_modules) at column i predicts t_{i+k+1}; the loss is (lambda / D) * sum_k of its
 cross-entropy on the data's tokens, over the columns whose predicted token is an answer token. Logged per
 depth: loss, `top1` (agreement with the data token), `agree` (agreement with the target's own greedy choice
 at that position, what greedy speculative decoding accepts), and `tau_estimate` = 1 + sum over depths of
@@ -20,21 +20,24 @@ from typing import Any
 import torch
 from torch import nn
 
-from draftsmith.models.errors import run_main
-from draftsmith.models.losses import (
+from draftsmith.models.chunking import (
     LOSS_CHUNK_TOKENS,
     ChunkResult,
     chunk_positions,
     chunked_argmax,
     chunked_loss,
-    mtp_depth_loss,
 )
+from draftsmith.models.errors import run_main
+from draftsmith.models.losses import mtp_depth_loss
 from draftsmith.models.mtp import MTPConfig, MTPDraft, shift_tokens
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
-from draftsmith.train.core.loop import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.loop import LoopResult
+from draftsmith.train.core.method import TrainingMethod
 from draftsmith.train.core.metrics import chain_tau_estimate
+from draftsmith.train.core.recipe import Recipe
+from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 
 
 @dataclass
@@ -47,7 +50,7 @@ class MTPRecipe:
     seed: int = field(default=0, metadata={"help": "Seed for initialisation, data split and order."})
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    model: MTPConfig = field(default_factory=MTPConfig)
+    draft: MTPConfig = field(default_factory=MTPConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -63,7 +66,7 @@ def depth_masks(batch: dict[str, torch.Tensor], depths: int) -> list[torch.Tenso
     return [shift_tokens(batch["loss_mask"].long(), k + 1).bool() for k in range(1, depths + 1)]
 
 
-class MTPMethod:
+class MTPMethod(TrainingMethod):
     """The loop's view of MTP: the target's last residual stream in, D cross-entropy terms out.
 
     `loss_chunk`: tokens whose logits are computed at once (see `chunked_loss`); the loss is the same for
@@ -108,6 +111,9 @@ class MTPMethod:
             return {}
         return {f"{prefix}/tau_estimate": chain_tau_estimate(accs)}
 
+    def report(self, result: LoopResult) -> str:
+        return format_depth_table(result.eval, len(self.term_names), result.initial_eval)
+
 
 def _depth_chunk(draft: MTPDraft, k: int) -> Callable[..., ChunkResult]:
     """Module k's loss on one chunk: `(h^k [B, c, H], labels [B, c], mask [B, c], target greedy [B, c])`."""
@@ -126,7 +132,7 @@ def cache_layers(cfg: MTPRecipe, target: FrozenTarget) -> list[LayerId]:
 
 
 def build_method(cfg: MTPRecipe, target: FrozenTarget, data: DataBundle) -> MTPMethod:
-    draft = MTPDraft(cfg.model, target.model.config, target.vocab_size)
+    draft = MTPDraft(cfg.draft, target.model.config, target.vocab_size)
     draft.attach_target(target.embed_tokens, target.head)
     return MTPMethod(target, draft)
 
@@ -150,11 +156,7 @@ def format_depth_table(metrics: dict[str, float], depths: int, start: dict[str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return train_main(
-        MTPRecipe, argv, "draftsmith train mtp", __doc__ or "", build_method,
-        lambda result, method: format_depth_table(result.eval, len(method.term_names), result.initial_eval),
-        cache_layers=cache_layers,
-    )  # fmt: skip
+    return train_main(Recipe(MTPRecipe, "draftsmith train mtp", __doc__ or "", build_method, cache_layers), argv)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from draftsmith.models.eagle import causal_mask
 from draftsmith.models.mtp import MTPDraft
+from draftsmith.models.parts import causal_mask
 from draftsmith.models.target import LayerId
 
 from ..sampling import Sampling

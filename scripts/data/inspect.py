@@ -17,7 +17,7 @@ from typing import cast
 
 from transformers import PreTrainedTokenizerBase
 
-from draftsmith.train.core.config_cli import make_parser, parse_args
+from draftsmith.config.cli import make_parser, parse_args
 from draftsmith.train.core.data import DataConfig, build_datasets
 from draftsmith.train.methods import TRAIN_METHODS
 

@@ -4,7 +4,7 @@ validator, and the atomic writer.
 An exporter builds an `Export` (engine config + tensors under the engine's names) from a draftsmith
 checkpoint; `validate` then checks it against a `LayoutSpec` that is derived independently, from the target's
 config and the drafter's hyper-parameters only (the names, shapes and config values the engine reads, as
-docs/engines.md and ../shared/docs/ENGINES.md describe them). Nothing is written unless every check passes,
+docs/ENGINES.md describes them). Nothing is written unless every check passes,
 because every failure class below made an engine load silently and accept ~1 token per step:
 
 - `d2t` missing for a pruned draft vocabulary (NeMo-Automodel#2447): the engine maps draft id i to target id i.
@@ -120,7 +120,8 @@ class TargetInfo:
         the directory has no tokenizer)."""
         from transformers import AutoTokenizer
 
-        from draftsmith.models.target import find_decoder, tokenizer_fingerprint, weights_fingerprint
+        from draftsmith.models.identity import tokenizer_fingerprint, weights_fingerprint
+        from draftsmith.models.target import find_decoder
 
         try:
             tokenizer = tokenizer_fingerprint(AutoTokenizer.from_pretrained(self.path, revision=self.revision))

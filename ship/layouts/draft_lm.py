@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from draftsmith.models.target import tokenizer_fingerprint
+from draftsmith.models.identity import tokenizer_fingerprint
 
 from .common import Export, ExportError, LayoutSpec, TargetInfo
 

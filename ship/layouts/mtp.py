@@ -115,7 +115,7 @@ def _qwen_mtp(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[
     if D != 1:
         raise ExportError(
             f"MTP export: {target.model_type()} engines apply ONE MTP module at every draft step; this checkpoint "
-            f"has {D} (train with model.num_modules=1)"
+            f"has {D} (train with draft.num_modules=1)"
         )
     tensors = {}
     for name, tensor in source["state"].items():

@@ -7,7 +7,7 @@ from _run import run_recipe
 
 from draftsmith.eval.acceptance import EvalArgs, evaluate
 
-COMMON = ["data.max_samples=64", "data.max_len=160", "data.eval_max_samples=8", "model.num_heads=2",
+COMMON = ["data.max_samples=64", "data.max_len=160", "data.eval_max_samples=8", "draft.num_heads=2",
           "checkpoint.every=0", "train.max_steps=6"]  # fmt: skip
 
 

@@ -20,9 +20,9 @@ def initial_accuracy(target_dir):
     """Held-out top-1 of freshly initialised heads (lm_head copies), computed in-process as the baseline."""
     from accelerate import Accelerator
 
+    from draftsmith.config.loader import load_config
     from draftsmith.models.medusa import MedusaHeads
     from draftsmith.models.target import FrozenTarget
-    from draftsmith.train.core.config import load_config
     from draftsmith.train.core.data import build_datasets
     from draftsmith.train.core.loop import evaluate
     from draftsmith.train.medusa import MedusaMethod, MedusaRecipe
@@ -31,7 +31,7 @@ def initial_accuracy(target_dir):
     torch.manual_seed(cfg.seed)
     target = FrozenTarget.load(cfg.target)
     data = build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=False)
-    heads = MedusaHeads(cfg.model, target.hidden_size, target.vocab_size)
+    heads = MedusaHeads(cfg.draft, target.hidden_size, target.vocab_size)
     heads.init_from_lm_head(target.lm_head.weight)
     method = MedusaMethod(target, heads)
     return evaluate(method, heads, data.eval, target.tokenizer.pad_token_id, Accelerator(cpu=True), 16)

@@ -7,7 +7,7 @@ import json
 from importlib.resources import files
 from pathlib import Path
 
-from draftsmith.train.core.config import load_config
+from draftsmith.config.loader import load_config
 from draftsmith.train.methods import TRAIN_METHODS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from draftsmith.config.cli import make_parser, parse_args
+from draftsmith.config.save import config_to_dict
 from draftsmith.models.errors import run_main
 from draftsmith.models.target import FrozenTarget, LayerId
 from draftsmith.train.cache.store import (
@@ -37,8 +39,6 @@ from draftsmith.train.cache.store import (
     write_json,
     write_shard,
 )
-from draftsmith.train.core.config import config_to_dict
-from draftsmith.train.core.config_cli import make_parser, parse_args
 from draftsmith.train.core.data import build_datasets, collate
 from draftsmith.train.core.run_lock import main_process_lock
 from draftsmith.train.methods import TRAIN_METHODS

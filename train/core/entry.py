@@ -4,48 +4,37 @@ The method script supplies how to build its drafter, which target layers it read
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from accelerate.utils import set_seed
 
-from draftsmith.models.checkpoint import save_drafter
+from draftsmith.config.cli import make_parser, parse_args
+from draftsmith.config.save import config_yaml
 from draftsmith.models.errors import DiskFull, disk_fault, require_space
+from draftsmith.models.identity import check_target_identity
 from draftsmith.models.serving import unserved_reason
-from draftsmith.models.target import FrozenTarget, LayerId, check_target_identity
+from draftsmith.models.target import FrozenTarget
 from draftsmith.train.cache.store import FeatureCache
 
 from .checkpointing import trainable_bytes
-from .config import config_yaml
-from .config_cli import make_parser, parse_args
-from .data import DataBundle, build_datasets, load_cached_datasets
+from .data import build_datasets, load_cached_datasets
 from .distributed import make_accelerator, shard_frozen_target, shard_kind
-from .loop import LoopResult, Method, run_training
+from .loop import LoopResult, run_training
+from .method import TrainingMethod
+from .recipe import Recipe
 from .run_lock import main_process_lock
 
 
-def train_main(
-    recipe_cls: type,
-    argv: Sequence[str] | None,
-    prog: str,
-    description: str,
-    build_method: Callable[[Any, FrozenTarget, DataBundle], Method],
-    report: Callable[[LoopResult, Method], str],
-    cache_layers: Callable[[Any, FrozenTarget], list[LayerId]],
-    save: Callable[..., Path] | None = None,
-    offline_target_layers: Callable[[Any], int] = lambda cfg: 0,
-) -> int:
-    """Train the drafter `build_method(cfg, target, data)` returns, as the recipe `recipe_cls` says.
+def train_main(recipe: Recipe, argv: Sequence[str] | None) -> int:
+    """Train the drafter of `recipe` as its config says (`--config FILE` and `a.b=c` overrides in `argv`).
 
-    Writes the run directory (checkpoints, metrics.jsonl) and `final/` with the held-out metrics, and prints
-    `report(result, method)` on the main process. `cache_layers(cfg, target)` names the target layers the
-    drafter reads (what `data.cache` must hold); `offline_target_layers(cfg)` how many of the target's first
-    decoder layers to load anyway when training from it (a draft LM initialised from them). `save(dir,
-    model, target, extra, state_dict=...)` writes `final/` (default: a draftsmith drafter checkpoint).
+    Writes the run directory (checkpoints, metrics.jsonl) and `final/` with the held-out metrics (through the
+    method's `save_final`), and prints the method's `report` on the main process.
     """
-    parser = make_parser(recipe_cls, prog=prog, description=description)
+    parser = make_parser(recipe.config, prog=recipe.prog, description=recipe.description)
     parser.add_argument(
         "--resume", nargs="?", const="latest", default=None, metavar="CKPT",
         help="Continue a run: from the newest intact checkpoint in output_dir, or from CKPT.",
@@ -56,7 +45,7 @@ def train_main(
         "0.2): loading a pickle can run code, so only for checkpoints you wrote.",
     )  # fmt: skip
     cfg: Any
-    cfg, args = parse_args(recipe_cls, parser, resume_before_overrides(argv))
+    cfg, args = parse_args(recipe.config, parser, resume_before_overrides(argv))
     output_dir = Path(cfg.output_dir)
     accelerator = make_accelerator(
         cfg.train.mixed_precision, cfg.train.grad_accum, "wandb" if cfg.log.wandb else None, output_dir
@@ -64,8 +53,7 @@ def train_main(
     set_seed(cfg.seed)
     # One writer per run directory: a second training (or a --resume while this one runs) is refused.
     with main_process_lock(output_dir, "training", accelerator.is_main_process):
-        return _train(cfg, args.resume, args.trust_pickle, accelerator, output_dir, prog, build_method, report,
-                      cache_layers, save, offline_target_layers)  # fmt: skip
+        return _train(cfg, recipe, args.resume, args.trust_pickle, accelerator, output_dir)
 
 
 def resume_before_overrides(argv: Sequence[str] | None) -> list[str]:
@@ -85,17 +73,7 @@ def resume_before_overrides(argv: Sequence[str] | None) -> list[str]:
 
 
 def _train(
-    cfg: Any,
-    resume: str | None,
-    trust_pickle: bool,
-    accelerator: Any,
-    output_dir: Path,
-    prog: str,
-    build_method: Callable[[Any, FrozenTarget, DataBundle], Method],
-    report: Callable[[LoopResult, Method], str],
-    cache_layers: Callable[[Any, FrozenTarget], list[LayerId]],
-    save: Callable[..., Path] | None,
-    offline_target_layers: Callable[[Any], int],
+    cfg: Any, recipe: Recipe, resume: str | None, trust_pickle: bool, accelerator: Any, output_dir: Path
 ) -> int:
     """`train_main` past parsing, with the run directory locked."""
     progress = accelerator.is_local_main_process
@@ -103,14 +81,14 @@ def _train(
         # Offline: the cache holds the samples and the target's features; only the target's embedding,
         # final norm and LM head are loaded (the logits are recomputed from the cached `final` state).
         cache = FeatureCache.open(cfg.data.cache, verify=cfg.data.cache_verify, progress=progress)
-        target = FrozenTarget.load(cfg.target, accelerator.device, layers=offline_target_layers(cfg))
+        target = FrozenTarget.load(cfg.target, accelerator.device, layers=recipe.offline_target_layers(cfg))
         check_target_identity(cache.index["target"], target.identity(), f"the cache {cache.directory}")
-        cache.require_layers(cache_layers(cfg, target), prog)
+        cache.require_layers(recipe.cache_layers(cfg, target), recipe.prog)
         data = load_cached_datasets(cache, target.lm_head.weight.dtype)
     else:
         target = FrozenTarget.load(cfg.target, accelerator.device)
         data = build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=progress)
-    method = build_method(cfg, target, data)  # before sharding: drafters may copy target weights
+    method = recipe.build_method(cfg, target, data)  # before sharding: drafters may copy target weights
     check_served(method, target, cfg.train.allow_unserved)
     method.model.to(accelerator.device)
     kind = shard_kind(accelerator)
@@ -121,7 +99,7 @@ def _train(
                 f"this drafter trains parameters inside the target (Medusa-2's adapter), which {kind} would shard "
                 "twice; train it under DDP or DeepSpeed ZeRO-1/2 (recipes/accelerate/ddp.yaml or zero2.yaml)"
             )
-        if getattr(method, "generates", False):
+        if method.generates:
             raise ValueError(
                 f"on-policy distillation generates with the draft on each rank independently, which a {kind}-sharded "
                 "draft cannot do (its forwards are collectives); set distill.on_policy=0 or launch with ddp.yaml / zero2.yaml"
@@ -142,8 +120,8 @@ def _train(
             "train": result.last_train,
             "recipe": yaml.safe_load(config_yaml(cfg)),  # the resolved recipe (the Hub card shows it)
         }
-        final = _save_final(output_dir, method, target, {"training": summary}, result, save)
-        print(report(result, method))
+        final = _save_final(output_dir, method, target, {"training": summary}, result)
+        print(method.report(result))
         print(f"drafter checkpoint: {final}")
     accelerator.wait_for_everyone()
     accelerator.end_training()  # after final/ is written: never inside the loop
@@ -152,11 +130,10 @@ def _train(
 
 def _save_final(
     output_dir: Path,
-    method: Method,
+    method: TrainingMethod,
     target: FrozenTarget,
     extra: dict[str, Any],
     result: LoopResult,
-    save: Callable[..., Path] | None,
 ) -> Path:
     """Write `final/` (main process), after checking the disk can hold it. A full or read-only disk is one line
     saying that the last checkpoint holds the trained drafter and `--resume` writes `final/` from it."""
@@ -164,9 +141,7 @@ def _save_final(
         weights = result.state_dict
         needed = sum(t.numel() * t.element_size() for t in weights.values()) if weights else trainable_bytes(method.model)
         require_space(output_dir, needed + 1_000_000, "final/")
-        if save is None:
-            return save_drafter(output_dir / "final", method.model, target.identity(), extra, state_dict=weights)
-        return save(output_dir / "final", method.model, target, extra, state_dict=weights)
+        return method.save_final(output_dir / "final", target, extra, weights)
     except Exception as err:
         message = str(err) if isinstance(err, DiskFull) else disk_fault(err)
         if message is None:
@@ -184,7 +159,7 @@ def drafter_kind(model: Any) -> str:
     return str(getattr(model, "kind", None) or getattr(heads, "kind", None) or "draft_lm")
 
 
-def check_served(method: Method, target: FrozenTarget, allow_unserved: bool) -> None:
+def check_served(method: TrainingMethod, target: FrozenTarget, allow_unserved: bool) -> None:
     """Before the first step: refuse a drafter no serving engine loads for this target, in one line naming
     which engines serve what, unless the recipe asks for one anyway (`train.allow_unserved`: a drafter for
     draftsmith's own evaluator)."""

@@ -1,7 +1,7 @@
 """The one training loop, on `accelerate.Accelerator`, shared by every drafter recipe.
 
-A recipe supplies a `Method`: the trainable module, how many loss tokens each loss term has in a batch
-(known before the forward pass), and a forward that returns per-term loss sums. The loop normalises each
+A recipe supplies a `TrainingMethod` (method.py): the trainable module, how many loss tokens each loss term
+has in a batch (known before the forward pass), and a forward that returns per-term loss sums. The loop normalises each
 term by its token count over the whole accumulation window on all ranks, so an optimizer step computes the
 same update for any split into ranks x micro-batches x accumulation (DESIGN.md section 3).
 """
@@ -12,9 +12,9 @@ import json
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import torch
 from accelerate import Accelerator, DistributedType
@@ -35,116 +35,14 @@ from .checkpointing import (
 )
 from .data import collate
 from .distributed import configure_deepspeed, shard_kind
+from .method import TrainingMethod
 from .metrics import MetricsLog, MetricWindow, read_metrics
 from .sampler import StepSchedule
+from .settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 from .train_state import FORMAT as STATE_FORMAT
 from .train_state import load_training_state
 
 logger = get_logger(__name__)
-
-
-@dataclass
-class TrainConfig:
-    """Optimisation settings."""
-
-    micro_batch_size: int = field(default=4, metadata={"help": "Samples per forward pass on one process."})
-    grad_accum: int = field(default=1, metadata={"help": "Micro-batches per optimizer step on one process."})
-    max_steps: int | None = field(default=None, metadata={"help": "Optimizer steps; None: from `epochs`."})
-    epochs: float = field(
-        default=1.0, metadata={"help": "Passes over the training set when max_steps is None."}
-    )
-    lr: float = field(default=1e-3, metadata={"help": "Peak learning rate (AdamW)."})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
-    betas: tuple[float, float] = field(default=(0.9, 0.999), metadata={"help": "AdamW betas."})
-    warmup_ratio: float = field(default=0.1, metadata={"help": "Linear warmup as a fraction of the steps."})
-    min_lr_ratio: float = field(default=0.0, metadata={"help": "Cosine decay floor as a fraction of lr."})
-    max_grad_norm: float | None = field(
-        default=1.0, metadata={"help": "Clip the global grad norm; null: off."}
-    )
-    mixed_precision: Literal["no", "bf16", "fp16"] = field(
-        default="no", metadata={"help": "Autocast precision for forward passes; 'no' = float32."}
-    )
-    shuffle: bool = field(default=True, metadata={"help": "Reshuffle the training set every epoch."})
-    allow_unserved: bool = field(
-        default=False,
-        metadata={
-            "help": "Train a drafter that no serving engine loads for this target (e.g. MTP modules for a "
-            "Llama target), for draftsmith's own evaluator; refused before the first step otherwise."
-        },
-    )
-
-    def __post_init__(self) -> None:
-        if self.micro_batch_size < 1 or self.grad_accum < 1:
-            raise ValueError("micro_batch_size and grad_accum must be >= 1")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(
-                f"train.max_steps must be >= 1 (or null: as many steps as train.epochs take), got {self.max_steps}"
-            )
-        if not self.epochs > 0:
-            raise ValueError(f"train.epochs must be > 0, got {self.epochs}")
-        if not self.lr > 0:
-            raise ValueError(f"train.lr must be > 0, got {self.lr}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ValueError(f"train.max_grad_norm must be > 0 (or null: no clipping), got {self.max_grad_norm}")
-
-
-@dataclass
-class LogConfig:
-    """Where metrics go."""
-
-    every: int = field(default=10, metadata={"help": "Reduce and log metrics every N optimizer steps."})
-    wandb: bool = field(default=False, metadata={"help": "Also log to Weights & Biases."})
-    wandb_project: str = field(default="draftsmith", metadata={"help": "wandb project name."})
-    wandb_mode: Literal["offline", "online"] = field(
-        default="offline", metadata={"help": "offline needs no account; sync later with `wandb sync`."}
-    )
-    run_name: str | None = field(default=None, metadata={"help": "Run name for trackers."})
-
-
-@dataclass
-class CheckpointConfig:
-    """Resumable checkpoints."""
-
-    every: int = field(
-        default=500, metadata={"help": "Save checkpoint-<step>/ every N steps (0: at the end)."}
-    )
-    keep_last: int = field(default=2, metadata={"help": "Keep only the newest N checkpoints (0: keep all)."})
-
-
-@dataclass
-class EvalConfig:
-    """Held-out evaluation during training."""
-
-    every: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})
-    micro_batch_size: int = field(default=8, metadata={"help": "Samples per evaluation forward pass."})
-
-
-class Method(Protocol):
-    """What a recipe gives the loop."""
-
-    model: nn.Module  # the trainable drafter; the loop wraps it with accelerate
-    term_names: list[str]  # one name per loss term, e.g. ["depth1", "depth2"]
-    term_weights: torch.Tensor  # [K] weights applied to each term's token-normalised mean
-
-    def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Loss tokens per term `[K]`, computed from the batch alone (before any forward)."""
-        ...
-
-    def loss_terms(
-        self, model: nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Forward `model` on `batch`: `(loss sums [K], metric sums {name: [K]})`."""
-        ...
-
-    # Optional hooks, looked up with getattr:
-    #   prepare_batch(model, batch, step, micro_batch_index, rank) -> batch   training batches only, before
-    #       token_counts (distillation's on-policy samples);
-    #   derived_metrics(record, prefix) -> dict                              metrics computed from a record;
-    #   param_groups() -> [{"params", "lr_scale"?, "start_step"?}]          optimizer groups (Medusa-2).
 
 
 @dataclass
@@ -186,7 +84,7 @@ def _batches(dataset: Any, indices: list[list[int]], pad_id: int, device: torch.
 
 @torch.no_grad()
 def evaluate(
-    method: Method,
+    method: TrainingMethod,
     model: nn.Module,
     dataset: Any,
     pad_id: int,
@@ -216,14 +114,29 @@ def evaluate(
     return with_derived(method, window.reduce(accelerator, "eval"), "eval")
 
 
-def with_derived(method: Method, record: dict[str, float], prefix: str) -> dict[str, float]:
-    """`record` plus the method's derived metrics (e.g. EAGLE's simulated tau), when it defines any."""
-    derive = getattr(method, "derived_metrics", None)
-    return {**record, **derive(record, prefix)} if derive is not None and record else record
+def with_derived(method: TrainingMethod, record: dict[str, float], prefix: str) -> dict[str, float]:
+    """`record` plus the method's derived metrics (e.g. EAGLE's simulated tau)."""
+    return {**record, **method.derived_metrics(record, prefix)} if record else record
+
+
+@dataclass
+class _Run:
+    """What the steps of one run share."""
+
+    accelerator: Accelerator
+    method: TrainingMethod
+    model: Any  # method.model as accelerate prepared it
+    optimizer: Any
+    scheduler: Any
+    schedule: StepSchedule
+    total_steps: int
+    sharded: bool  # FSDP / DeepSpeed: accelerate writes and reads the state (pickles)
+    train: TrainConfig
+    output_dir: Path
 
 
 def run_training(
-    method: Method,
+    method: TrainingMethod,
     *,
     accelerator: Accelerator,
     train_dataset: Any,
@@ -244,6 +157,76 @@ def run_training(
     `config_yaml` (the resolved recipe config) is saved in the run directory and every checkpoint.
     `trust_pickle`: resume from a checkpoint holding pickle files (see checkpointing.resolve_resume).
     """
+    resume_from = _prepare_directory(accelerator, method, output_dir, resume, trust_pickle)
+    run, trainable = _build(method, accelerator, train, log, config_yaml, output_dir, len(train_dataset), seed)
+    step = _resume(run, resume_from, len(train_dataset)) if resume_from is not None else 0
+    if accelerator.is_main_process:
+        (output_dir / "config.yaml").write_text(config_yaml)
+
+    def trainer_state() -> dict[str, Any]:
+        return {
+            "step": step, "epoch": run.schedule.epoch_of(step), "total_steps": run.total_steps,
+            "samples_per_step": run.schedule.samples_per_step, "num_train_samples": len(train_dataset),
+            "seed": seed, "num_processes": accelerator.num_processes, "trainable_parameters": trainable,
+        }  # fmt: skip
+
+    def save() -> None:
+        save_checkpoint(accelerator, output_dir, step, trainer_state(), config_yaml, checkpoint.keep_last,
+                        run.model, run.optimizer, run.scheduler, run.sharded)  # fmt: skip
+
+    def held_out() -> dict[str, float]:
+        return evaluate(method, run.model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
+
+    metrics_log = MetricsLog(accelerator, output_dir)
+    initial_eval: dict[str, float] = {}
+    if step == 0:  # the starting point, so every run shows how far training moved the held-out metrics
+        initial_eval = held_out()
+        if initial_eval:
+            metrics_log.write(0, initial_eval)
+    window = MetricWindow(method.term_names, method.term_weights)
+    last_train: dict[str, float] = {}
+    last_saved = step
+    run.model.train()
+    bar = tqdm(total=run.total_steps, initial=step, desc="train", disable=not accelerator.is_local_main_process)
+    t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
+    while step < run.total_steps:
+        batches = list(_batches(train_dataset, run.schedule.micro_batches(step, accelerator.process_index), pad_id,
+                                accelerator.device))  # fmt: skip
+        tokens_window += _optimizer_step(run, step, batches, window)
+        step += 1
+        bar.update(1)
+        if step % log.every == 0 or step == run.total_steps:
+            elapsed = time.perf_counter() - t_window
+            last_train = _train_record(run, window, step, float(accelerator.reduce(tokens_window, "sum")), elapsed)
+            metrics_log.write(step, last_train)
+            bar.set_postfix(loss=f"{last_train['train/loss']:.4f}")
+            window.reset()
+            t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
+        if eval_cfg.every and step % eval_cfg.every == 0 and step < run.total_steps:
+            metrics_log.write(step, held_out())
+        if checkpoint.every and step % checkpoint.every == 0:
+            save()
+            last_saved = step
+    bar.close()
+    if last_saved != step:
+        save()
+    eval_metrics = held_out()
+    if eval_metrics:
+        metrics_log.write(step, eval_metrics)
+    # The caller ends the run (`accelerator.end_training()`) after saving: ending it here would tear down
+    # the process group, after which every rank believes it is the main process.
+    # FSDP / ZeRO-3 leave each rank a shard of the drafter: gather it (a collective: every rank calls it).
+    state_dict = accelerator.get_state_dict(run.model) if shard_kind(accelerator) is not None else None
+    method.model = accelerator.unwrap_model(run.model)
+    return LoopResult(
+        step=step, last_train=last_train, eval=eval_metrics, initial_eval=initial_eval, state_dict=state_dict
+    )
+
+
+def _prepare_directory(
+    accelerator: Accelerator, method: TrainingMethod, output_dir: Path, resume: str | None, trust_pickle: bool
+) -> Path | None:
+    """The checkpoint to resume from (None: a fresh run), after checking the disk can hold the run's output."""
     output_dir.mkdir(parents=True, exist_ok=True)
     resume_from, notice = resolve_resume(output_dir, resume, trust_pickle)
     if notice and accelerator.is_main_process:
@@ -255,37 +238,31 @@ def run_training(
             require_space(output_dir, needed, "a checkpoint and final/")
 
     all_ranks(accelerator, preflight)
-    schedule = StepSchedule(
-        len(train_dataset),
-        train.micro_batch_size,
-        train.grad_accum,
-        accelerator.num_processes,
-        seed,
-        train.shuffle,
-    )
+    return resume_from
+
+
+def _build(
+    method: TrainingMethod, accelerator: Accelerator, train: TrainConfig, log: LogConfig, config_yaml: str,
+    output_dir: Path, num_samples: int, seed: int,
+) -> tuple[_Run, int]:  # fmt: skip
+    """The step schedule, the optimizer and LR schedule over the method's parameter groups, the model prepared
+    by accelerate, and the trackers; returns the run and its number of trainable parameters."""
+    schedule = StepSchedule(num_samples, train.micro_batch_size, train.grad_accum, accelerator.num_processes, seed,
+                            train.shuffle)  # fmt: skip
     total_steps = train.max_steps or max(1, math.ceil(train.epochs * schedule.steps_per_epoch))
     # A method may split its parameters into groups with their own `lr_scale` and `start_step` (the group
     # stays at lr 0 before it), e.g. Medusa-2's heads-only warm-up and larger head learning rate.
-    groups = getattr(method, "param_groups", None)
-    raw_groups: list[dict[str, Any]] = (
-        groups() if groups is not None else [{"params": list(method.model.parameters())}]
-    )
     param_groups: list[dict[str, Any]] = []
     starts: list[int] = []
-    for g in raw_groups:
+    for g in method.param_groups():
         params = [p for p in g["params"] if p.requires_grad]
         param_groups.append({"params": params, "lr": train.lr * g.get("lr_scale", 1.0)})
         starts.append(int(g.get("start_step", 0)))
-    optimizer = torch.optim.AdamW(
-        param_groups, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
-    )
-    warmup = round(train.warmup_ratio * total_steps)
-    schedule_fn = cosine_with_warmup(total_steps, warmup, train.min_lr_ratio)
+    optimizer = torch.optim.AdamW(param_groups, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
+    schedule_fn = cosine_with_warmup(total_steps, round(train.warmup_ratio * total_steps), train.min_lr_ratio)
     # The scheduler is stepped here, not by accelerate: AcceleratedScheduler steps once per process, which
     # would make the schedule depend on the number of processes.
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, [_from_step(start, schedule_fn) for start in starts]
-    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, [_from_step(start, schedule_fn) for start in starts])
     configure_deepspeed(accelerator, train.micro_batch_size, train.grad_accum, train.max_grad_norm)
     model, optimizer = accelerator.prepare(method.model, optimizer)
     sharded = shard_kind(accelerator) is not None or accelerator.distributed_type == DistributedType.DEEPSPEED
@@ -297,132 +274,83 @@ def run_training(
             config={"config_yaml": config_yaml},
             init_kwargs={"wandb": {"mode": log.wandb_mode, "dir": str(output_dir), "name": log.run_name}},
         )
-
     trainable = sum(p.numel() for g in param_groups for p in g["params"])  # all the optimizer updates
-    step = 0
-    if resume_from is not None:
-        state = read_trainer_state(resume_from)
-        if state["samples_per_step"] != schedule.samples_per_step or state["num_train_samples"] != len(
-            train_dataset
-        ):
+    run = _Run(accelerator, method, model, optimizer, scheduler, schedule, total_steps, sharded, train, output_dir)
+    return run, trainable
+
+
+def _resume(run: _Run, resume_from: Path, num_samples: int) -> int:
+    """Load the state saved in `resume_from` into the run; returns its step."""
+    state = read_trainer_state(resume_from)
+    if state["samples_per_step"] != run.schedule.samples_per_step or state["num_train_samples"] != num_samples:
+        raise ValueError(
+            f"cannot resume from {resume_from}: it was trained with {state['samples_per_step']} samples per "
+            f"step over {state['num_train_samples']} samples, this run has {run.schedule.samples_per_step} over "
+            f"{num_samples}; keep micro_batch_size x grad_accum x processes and the data the same"
+        )
+    accelerator = run.accelerator
+    if checkpoint_format(resume_from) == STATE_FORMAT:
+        if run.sharded:
             raise ValueError(
-                f"cannot resume from {resume_from}: it was trained with {state['samples_per_step']} samples per "
-                f"step over {state['num_train_samples']} samples, this run has {schedule.samples_per_step} over "
-                f"{len(train_dataset)}; keep micro_batch_size x grad_accum x processes and the data the same"
+                f"{resume_from} was written by a single-process or DDP run; resume it the same way (FSDP / "
+                "DeepSpeed keep their own checkpoint format)"
             )
-        if checkpoint_format(resume_from) == STATE_FORMAT:
-            if sharded:
-                raise ValueError(
-                    f"{resume_from} was written by a single-process or DDP run; resume it the same way (FSDP / "
-                    "DeepSpeed keep their own checkpoint format)"
-                )
-            note = load_training_state(resume_from, accelerator.unwrap_model(model), optimizer, scheduler,
-                                       accelerator.process_index)  # fmt: skip
-            if note:
-                print(note)
-        else:  # accelerate's pickles: allowed by --trust-pickle (resolve_resume checked)
-            accelerator.load_state(str(resume_from))
-        step = state["step"]
-        _truncate_metrics(output_dir / "metrics.jsonl", step, accelerator, finished=step >= total_steps)
-        logger.info(f"resumed from {resume_from} at step {step}", main_process_only=True)
-    if accelerator.is_main_process:
-        (output_dir / "config.yaml").write_text(config_yaml)
+        note = load_training_state(resume_from, accelerator.unwrap_model(run.model), run.optimizer, run.scheduler,
+                                   accelerator.process_index)  # fmt: skip
+        if note:
+            print(note)
+    else:  # accelerate's pickles: allowed by --trust-pickle (resolve_resume checked)
+        accelerator.load_state(str(resume_from))
+    step = int(state["step"])
+    _truncate_metrics(run.output_dir / "metrics.jsonl", step, accelerator, finished=step >= run.total_steps)
+    logger.info(f"resumed from {resume_from} at step {step}", main_process_only=True)
+    return step
 
-    def trainer_state() -> dict[str, Any]:
-        return {
-            "step": step,
-            "epoch": schedule.epoch_of(step),
-            "total_steps": total_steps,
-            "samples_per_step": schedule.samples_per_step,
-            "num_train_samples": len(train_dataset),
-            "seed": seed,
-            "num_processes": accelerator.num_processes,
-            "trainable_parameters": trainable,
-        }
 
-    metrics_log = MetricsLog(accelerator, output_dir)
-    initial_eval: dict[str, float] = {}
-    if step == 0:  # the starting point, so every run shows how far training moved the held-out metrics
-        initial_eval = evaluate(method, model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
-        if initial_eval:
-            metrics_log.write(0, initial_eval)
-    window = MetricWindow(method.term_names, method.term_weights)
+def _optimizer_step(run: _Run, step: int, batches: list[dict[str, torch.Tensor]], window: MetricWindow) -> Any:
+    """One optimizer step over the accumulation window `batches` (this rank's micro-batches); returns the
+    tokens it read. Refuses the step before applying it if any loss term or the gradient norm is not finite."""
+    accelerator, method, model, train = run.accelerator, run.method, run.model, run.train
+    batches = [method.prepare_batch(model, b, step, j, accelerator.process_index) for j, b in enumerate(batches)]
+    batch_counts = [method.token_counts(b).to(accelerator.device) for b in batches]
+    global_counts = accelerator.reduce(sum(batch_counts), "sum").clamp(min=1)  # per term, whole window
     weights = method.term_weights.to(accelerator.device)
-    last_train: dict[str, float] = {}
-    last_saved = step
-    model.train()
-    bar = tqdm(total=total_steps, initial=step, desc="train", disable=not accelerator.is_local_main_process)
-    t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
-    while step < total_steps:
-        indices = schedule.micro_batches(step, accelerator.process_index)
-        batches = list(_batches(train_dataset, indices, pad_id, accelerator.device))
-        prepare = getattr(method, "prepare_batch", None)  # e.g. on-policy samples replacing the data
-        if prepare is not None:
-            batches = [prepare(model, b, step, j, accelerator.process_index) for j, b in enumerate(batches)]
-        batch_counts = [method.token_counts(b).to(accelerator.device) for b in batches]
-        global_counts = accelerator.reduce(sum(batch_counts), "sum").clamp(min=1)  # per term, whole window
-        nonfinite = torch.zeros(len(method.term_names), device=accelerator.device)
-        for j, batch in enumerate(batches):
-            # accumulate(): gradients are all-reduced (DDP) or the DeepSpeed engine steps only on the window's
-            # last micro-batch, and accelerate divides the loss by grad_accum (DeepSpeed's engine does).
-            with accelerator.accumulate(model), accelerator.autocast():
-                sums, metrics = method.loss_terms(model, batch)
-                # x grad_accum undoes that division and x num_processes the ranks' gradient averaging: the
-                # gradient is that of sum / global tokens of the whole window.
-                scale = accelerator.num_processes * train.grad_accum
-                loss = (weights * sums.float() / global_counts).sum() * scale
-                accelerator.backward(loss)
-            nonfinite += (~torch.isfinite(sums.detach().float())).float()
-            window.add(sums, batch_counts[j], metrics)
-            tokens_window += batch["attention_mask"].sum()
-        max_norm = train.max_grad_norm if train.max_grad_norm else float("inf")
-        # DeepSpeed clips inside its engine step (at the recipe's max_grad_norm) and this returns its norm.
-        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
-        check_finite(accelerator.reduce(nonfinite, "sum"), grad_norm, step + 1, method.term_names, train)
-        if grad_norm is not None:
-            window.add_scalar("train/grad_norm", grad_norm)
-        window.add_scalar("train/lr", scheduler.get_last_lr()[0])
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        window.steps += 1
-        bar.update(1)
+    nonfinite = torch.zeros(len(method.term_names), device=accelerator.device)
+    tokens = torch.zeros((), device=accelerator.device)
+    for j, batch in enumerate(batches):
+        # accumulate(): gradients are all-reduced (DDP) or the DeepSpeed engine steps only on the window's
+        # last micro-batch, and accelerate divides the loss by grad_accum (DeepSpeed's engine does).
+        with accelerator.accumulate(model), accelerator.autocast():
+            sums, metrics = method.loss_terms(model, batch)
+            # x grad_accum undoes that division and x num_processes the ranks' gradient averaging: the
+            # gradient is that of sum / global tokens of the whole window.
+            scale = accelerator.num_processes * train.grad_accum
+            loss = (weights * sums.float() / global_counts).sum() * scale
+            accelerator.backward(loss)
+        nonfinite += (~torch.isfinite(sums.detach().float())).float()
+        window.add(sums, batch_counts[j], metrics)
+        tokens += batch["attention_mask"].sum()
+    max_norm = train.max_grad_norm if train.max_grad_norm else float("inf")
+    # DeepSpeed clips inside its engine step (at the recipe's max_grad_norm) and this returns its norm.
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+    check_finite(accelerator.reduce(nonfinite, "sum"), grad_norm, step + 1, method.term_names, train)
+    if grad_norm is not None:
+        window.add_scalar("train/grad_norm", grad_norm)
+    window.add_scalar("train/lr", run.scheduler.get_last_lr()[0])
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    window.steps += 1
+    return tokens
 
-        if step % log.every == 0 or step == total_steps:
-            elapsed = time.perf_counter() - t_window
-            tokens = float(accelerator.reduce(tokens_window, "sum"))
-            last_train = with_derived(method, window.reduce(accelerator, "train"), "train")
-            last_train["perf/tokens_per_s"] = tokens / max(elapsed, 1e-9)
-            last_train["perf/step_s"] = elapsed / max(window.steps, 1)  # wall time per optimizer step
-            last_train["train/epoch"] = step / schedule.steps_per_epoch
-            metrics_log.write(step, last_train)
-            bar.set_postfix(loss=f"{last_train['train/loss']:.4f}")
-            window.reset()
-            t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
-        if eval_cfg.every and step % eval_cfg.every == 0 and step < total_steps:
-            metrics_log.write(
-                step, evaluate(method, model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
-            )
-        if checkpoint.every and step % checkpoint.every == 0:
-            save_checkpoint(accelerator, output_dir, step, trainer_state(), config_yaml, checkpoint.keep_last,
-                            model, optimizer, scheduler, sharded)  # fmt: skip
-            last_saved = step
-    bar.close()
-    if last_saved != step:
-        save_checkpoint(accelerator, output_dir, step, trainer_state(), config_yaml, checkpoint.keep_last,
-                            model, optimizer, scheduler, sharded)  # fmt: skip
-    eval_metrics = evaluate(method, model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
-    if eval_metrics:
-        metrics_log.write(step, eval_metrics)
-    # The caller ends the run (`accelerator.end_training()`) after saving: ending it here would tear down
-    # the process group, after which every rank believes it is the main process.
-    # FSDP / ZeRO-3 leave each rank a shard of the drafter: gather it (a collective: every rank calls it).
-    state_dict = accelerator.get_state_dict(model) if shard_kind(accelerator) is not None else None
-    method.model = accelerator.unwrap_model(model)
-    return LoopResult(
-        step=step, last_train=last_train, eval=eval_metrics, initial_eval=initial_eval, state_dict=state_dict
-    )
+
+def _train_record(run: _Run, window: MetricWindow, step: int, tokens: float, elapsed: float) -> dict[str, float]:
+    """The reduced train metrics of the window, with throughput."""
+    record = with_derived(run.method, window.reduce(run.accelerator, "train"), "train")
+    record["perf/tokens_per_s"] = tokens / max(elapsed, 1e-9)
+    record["perf/step_s"] = elapsed / max(window.steps, 1)  # wall time per optimizer step
+    record["train/epoch"] = step / run.schedule.steps_per_epoch
+    return record
 
 
 class NonFiniteLoss(ValueError):

@@ -9,9 +9,10 @@ import torch
 import transformers.models.llama.modeling_llama as llama_modeling
 from conftest import make_tiny_llama
 
-from draftsmith.models.eagle import Eagle1Draft, EagleConfig, causal_mask
+from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft, ttt_mask
 from draftsmith.models.mtp import MTPConfig, MTPDraft
+from draftsmith.models.parts import causal_mask
 
 V, H, T = 40, 32, 6
 

@@ -7,14 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from draftsmith.models.losses import (
-    ChunkResult,
-    chunk_positions,
-    chunked_argmax,
-    chunked_loss,
-    recomputing,
-    shift_columns,
-)
+from draftsmith.models.chunking import ChunkResult, chunk_positions, chunked_argmax, chunked_loss, recomputing
+from draftsmith.models.losses import shift_columns
 
 B, T, H, V = 2, 11, 6, 37
 

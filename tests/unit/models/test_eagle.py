@@ -7,15 +7,15 @@ import torch
 import torch.nn.functional as F
 from conftest import make_tiny_llama
 
-from draftsmith.models.eagle import Eagle1Draft, EagleConfig, causal_mask
+from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import (
     Eagle3Draft,
     build_vocab_map,
     default_feature_layers,
-    shift_left,
     ttt_mask,
 )
 from draftsmith.models.losses import eagle1_loss, eagle3_step_loss, soft_cross_entropy
+from draftsmith.models.parts import causal_mask, shift_left
 from draftsmith.train.eagle import step_masks
 
 V, T = 48, 7

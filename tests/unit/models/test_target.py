@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from draftsmith.models.target import FrozenTarget, check_target_identity
+from draftsmith.models.identity import check_target_identity
+from draftsmith.models.target import FrozenTarget
 
 
 def test_canonical_ids_match_output_hidden_states(tiny_random_target):

@@ -1,4 +1,4 @@
-"""Loaders written from the engines' documented layouts (../shared/docs/ENGINES.md section 2), in plain torch.
+"""Loaders written from the engines' documented layouts (docs/ENGINES.md section 2), in plain torch.
 
 They read an export directory by the engine's names and compute what the engine's draft module computes
 (Llama attention with default RoPE and grouped KV heads, SwiGLU MLP, RMSNorm), sharing no code with

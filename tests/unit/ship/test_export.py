@@ -16,9 +16,10 @@ from safetensors.torch import load_file, save_file
 
 from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
-from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, shift_left
+from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.mtp import MTPConfig, MTPDraft
+from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget
 from draftsmith.ship.export import export, main
 from draftsmith.ship.layouts.common import (

@@ -41,7 +41,7 @@ def ckpt(target, tmp_path) -> Path:
     draft.set_vocab_map(*build_vocab_map(torch.arange(target.vocab_size).flip(0), 64))
     recipe = {"data": {"train": ["sharegpt.jsonl"], "eval": ["mt_bench.jsonl"]}, "train": {"lr": 3e-4}}
     out = save_drafter(tmp_path / "final", draft, target.identity(),
-                       {"training": {"steps": 292, "heldout": {"eval/step0/top1": 0.374}, "recipe": recipe}})  # fmt: skip
+                       {"training": {"steps": 292, "heldout": {"eval/depth1/top1": 0.374}, "recipe": recipe}})  # fmt: skip
     (out / "eval.json").write_text(json.dumps(REPORT))
     return out
 

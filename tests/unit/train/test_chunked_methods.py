@@ -16,10 +16,11 @@ from conftest import make_tiny_llama
 
 from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
-from draftsmith.models.eagle3 import build_vocab_map, shift_left
+from draftsmith.models.eagle3 import build_vocab_map
 from draftsmith.models.losses import divergence
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.mtp import MTPConfig, MTPDraft, shift_tokens
+from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget
 from draftsmith.train.distill import DistillConfig, DistillMethod
 from draftsmith.train.eagle import EagleMethod, _Eagle3Train, step_masks

@@ -108,8 +108,8 @@ def test_offline_distillation_loads_every_layer_the_draft_copies(arch, tmp_path)
     takes its first full-attention layer (index 3 of Qwen3-Next's tiny 4), that is 4 layers, not 1; the draft
     built from the partial load equals the one built from the whole target."""
     from bench import arch_matrix
+    from draftsmith.config.loader import load_config
     from draftsmith.models.target import FrozenTarget, TargetConfig
-    from draftsmith.train.core.config import load_config
     from draftsmith.train.distill import RECIPE, offline_target_layers
 
     path = arch_matrix.target_dir(arch, tmp_path)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from draftsmith.config.loader import load_config
 from draftsmith.models.target import FrozenTarget, TargetConfig
 from draftsmith.train.cache.build import build_cache, finish_index
 from draftsmith.train.cache.store import CacheError, FeatureCache, decode, encode, plan_shards
-from draftsmith.train.core.config import load_config
 from draftsmith.train.core.data import build_datasets, collate
 from draftsmith.train.eagle import RECIPE as EAGLE_RECIPE
 from draftsmith.train.eagle import build_method as build_eagle

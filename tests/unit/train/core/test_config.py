@@ -1,4 +1,4 @@
-"""Tests for draftsmith.train.core.config: merge order, strict conversion, messages, round trip, CLI."""
+"""Tests for draftsmith.config.loader: merge order, strict conversion, messages, round trip, CLI."""
 
 # Postponed annotations on purpose: the loader must resolve string annotations with get_type_hints.
 from __future__ import annotations
@@ -11,14 +11,9 @@ from typing import Any, Literal, Optional
 import pytest
 import yaml
 
-from draftsmith.train.core.config import (
-    ConfigError,
-    config_to_dict,
-    load_config,
-    override_config,
-    save_config,
-)
-from draftsmith.train.core.config_cli import config_help, make_parser, parse_args
+from draftsmith.config.cli import config_help, make_parser, parse_args
+from draftsmith.config.loader import ConfigError, load_config, override_config
+from draftsmith.config.save import config_to_dict, save_config
 
 
 @dataclass
@@ -471,3 +466,16 @@ def test_resume_followed_by_an_override_resumes_the_latest_checkpoint(tmp_path):
     ckpt = tmp_path / "checkpoint-4"
     assert resume_before_overrides(["--resume", str(ckpt), "a=b"]) == ["--resume", str(ckpt), "a=b"]
     assert resume_before_overrides(["--resume"]) == ["--resume"]
+
+
+def test_the_old_drafter_section_name_is_refused_with_a_pointer(tmp_path):
+    from draftsmith.train.medusa import MedusaRecipe
+    from draftsmith.train.mtp import MTPRecipe
+
+    old = tmp_path / "old.yaml"
+    old.write_text("target:\n  path: t\nmodel:\n  num_heads: 2\n")
+    with pytest.raises(ConfigError, match=r"recipe section 'model' is now 'draft' \(from .*old.yaml\)"):
+        load_config(MedusaRecipe, old)
+    with pytest.raises(ConfigError, match=r"'model.KEY=...' overrides to 'draft.KEY=...'"):
+        load_config(MTPRecipe, None, ["target.path=t", "model.num_modules=1"])
+    assert load_config(MTPRecipe, None, ["target.path=t", "draft.num_modules=1"]).draft.num_modules == 1

@@ -18,9 +18,7 @@ import copy
 import dataclasses
 import datetime
 import difflib
-import os
 import re
-import tempfile
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
@@ -203,6 +201,10 @@ def _type_error(key: str, expected: str, value: Any, sources: _Sources) -> Confi
     return ConfigError(f"{key}: expected {expected}, got {got} (from {sources.of(key)})")
 
 
+# Top-level recipe sections renamed since draftsmith 0.1: refused with a pointer to the new name.
+RENAMED = {"model": "draft"}
+
+
 def _build(cls: type[T], raw: Mapping[Any, Any], key: str, sources: _Sources, base: Any = None) -> T:
     """Build dataclass ``cls`` at dotted path ``key`` from a raw mapping.
 
@@ -212,6 +214,13 @@ def _build(cls: type[T], raw: Mapping[Any, Any], key: str, sources: _Sources, ba
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     hints = get_type_hints(cls)
     for name in raw:
+        if name not in fields and not key and RENAMED.get(str(name)) in fields:
+            new = RENAMED[str(name)]
+            raise ConfigError(
+                f"the recipe section '{name}' is now '{new}' (from {sources.of(str(name))}): every drafter's "
+                f"hyper-parameters live under '{new}:'; rename '{name}:' in the YAML and '{name}.KEY=...' "
+                f"overrides to '{new}.KEY=...'"
+            )
         if name not in fields:
             dotted, valid = _join(key, str(name)), sorted(fields)
             section = f"section '{key}'" if key else "the top level"
@@ -397,38 +406,3 @@ def _export(value: Any, key: str, plain: bool) -> Any:
     if value is None or isinstance(value, (str, int, float, bool, datetime.date)):
         return value
     raise TypeError(f"{key}: a {type(value).__name__} value cannot be written to a YAML config")
-
-
-def config_to_dict(cfg: Any) -> dict[str, Any]:
-    """The config tree as plain YAML-safe types (Paths -> str, tuples -> lists), in field order."""
-    if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
-        raise TypeError(f"config_to_dict needs a dataclass instance, got {cfg!r}")
-    out: dict[str, Any] = _export(cfg, "", plain=True)
-    return out
-
-
-def config_yaml(cfg: Any) -> str:
-    """The resolved config as YAML text (what checkpoints and run directories store)."""
-    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True)
-
-
-def save_config(cfg: Any, path: str | Path) -> None:
-    """Write ``cfg`` as YAML that :func:`load_config` reads back to an equal object.
-
-    The file is written to a temporary sibling and renamed, so a crash never leaves half a config next
-    to a checkpoint.
-    """
-    path = Path(path)
-    text = config_yaml(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a saved config is meant to be shared and read
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar, get_type_hints
 
-from .config import (
+from .loader import (
     _EXAMPLE,
     ConfigError,
     _default_of,

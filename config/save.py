@@ -1,0 +1,49 @@
+"""Writing a resolved config: plain YAML that `load_config` reads back to an equal object (what every run
+directory and checkpoint stores)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .loader import _export
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """The config tree as plain YAML-safe types (Paths -> str, tuples -> lists), in field order."""
+    if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
+        raise TypeError(f"config_to_dict needs a dataclass instance, got {cfg!r}")
+    out: dict[str, Any] = _export(cfg, "", plain=True)
+    return out
+
+
+def config_yaml(cfg: Any) -> str:
+    """The resolved config as YAML text (what checkpoints and run directories store)."""
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def save_config(cfg: Any, path: str | Path) -> None:
+    """Write ``cfg`` as YAML that :func:`load_config` reads back to an equal object.
+
+    The file is written to a temporary sibling and renamed, so a crash never leaves half a config next
+    to a checkpoint.
+    """
+    path = Path(path)
+    text = config_yaml(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a saved config is meant to be shared and read
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

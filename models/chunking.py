@@ -1,0 +1,93 @@
+"""Vocabulary-chunked losses: a loss over V-sized logits computed a chunk of positions at a time, each chunk
+recomputed in the backward pass, so a 128k-262k vocabulary never holds [tokens, V] logits at once."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+
+import torch
+import torch.utils.checkpoint
+
+# Tokens (micro-batch rows x positions) whose vocabulary-sized logits exist at once in a chunked loss: one
+# float32 chunk of V = 128k logits is 128 MiB. Larger chunks were no faster on CPU (docs/BENCHMARKS.md).
+LOSS_CHUNK_TOKENS = 256
+
+ChunkResult = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
+
+_RECOMPUTING: ContextVar[bool] = ContextVar("draftsmith_loss_recomputing", default=False)
+
+
+def recomputing() -> bool:
+    """True while `chunked_loss` recomputes a chunk for the backward pass. Its outputs are discarded then, so
+    metrics (argmax, top-k over the vocabulary), which no gradient needs, are skipped."""
+    return _RECOMPUTING.get()
+
+
+@contextlib.contextmanager
+def _recomputation() -> Iterator[None]:
+    token = _RECOMPUTING.set(True)
+    try:
+        yield
+    finally:
+        _RECOMPUTING.reset(token)
+
+
+def _checkpoint_contexts() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+    return contextlib.nullcontext(), _recomputation()
+
+
+def chunk_positions(batch_size: int, tokens: int = LOSS_CHUNK_TOKENS) -> int:
+    """Sequence positions per chunk so that a chunk holds about `tokens` tokens of a `batch_size`-row batch."""
+    if tokens < 1:
+        raise ValueError(f"a loss chunk must hold at least one token, got {tokens}")
+    return max(1, tokens // max(1, batch_size))
+
+
+def chunked_loss(fn: Callable[..., ChunkResult], inputs: Sequence[torch.Tensor], chunk: int) -> ChunkResult:
+    """`fn` over sequence chunks of `chunk` positions, summed: the loss of a vocabulary-sized head without
+    its `[B, T, V]` logits.
+
+    Each chunk runs under activation checkpointing (non-reentrant) when gradients are enabled, so only the
+    chunk's inputs are kept for backward, and its logits, soft labels and losses are recomputed there, one
+    chunk at a time: the memory a vocabulary-sized head adds is that of one chunk, whatever T.
+
+    Args:
+        fn: `fn(*chunks) -> (sums [K], counts [K], metrics {name: [K]})`, every chunk `[B, c, ...]` (c <= chunk);
+            it may skip its metrics when `recomputing()` (the outputs of a recomputation are discarded).
+        inputs: `[B, T, ...]` tensors, sliced along dim 1 (features, labels, masks aligned column by column).
+        chunk: positions per chunk (see `chunk_positions`).
+
+    Returns:
+        The sums over chunks of fn's `(sums, counts, metrics)`.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1 position, got {chunk}")
+    total: ChunkResult | None = None
+    for start in range(0, inputs[0].shape[1], chunk):
+        parts = [x[:, start : start + chunk] for x in inputs]
+        if torch.is_grad_enabled():
+            out: ChunkResult = torch.utils.checkpoint.checkpoint(
+                fn, *parts, use_reentrant=False, context_fn=_checkpoint_contexts
+            )
+        else:
+            out = fn(*parts)
+        if total is None:
+            total = out
+        else:
+            total = (total[0] + out[0], total[1] + out[1], {k: v + out[2][k] for k, v in total[2].items()})
+    if total is None:
+        raise ValueError("chunked_loss got an empty sequence")
+    return total
+
+
+@torch.no_grad()
+def chunked_argmax(
+    fn: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, chunk: int
+) -> torch.Tensor:
+    """`fn(hidden).argmax(-1)` `[B, T]` (e.g. the target's greedy token from `hidden [B, T, H]`), computed
+    `chunk` positions at a time so that only one chunk's logits exist."""
+    return torch.cat(
+        [fn(hidden[:, s : s + chunk]).argmax(-1) for s in range(0, hidden.shape[1], chunk)], dim=1
+    )

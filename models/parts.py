@@ -1,0 +1,58 @@
+"""What several drafter families share: the left shift that aligns "the next token" with a column, the causal
+mask, and the base of a drafter that borrows the target's frozen embedding and LM head (EAGLE-1, EAGLE-3, MTP).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def shift_left(x: torch.Tensor) -> torch.Tensor:
+    """x[:, t] <- x[:, t+1], last column zero (the reference code's shift)."""
+    return torch.cat([x[:, 1:], torch.zeros_like(x[:, :1])], dim=1)
+
+
+def causal_mask(length: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Causal mask `[1, 1, T, T]` bool, True = attend (column t sees columns <= t), for SDPA."""
+    cols = torch.arange(length, device=device)
+    return (cols[None, :] <= cols[:, None])[None, None]
+
+
+class FrozenParts:
+    """The target's embedding and LM head as the drafter uses them: frozen, shared, not saved, and not
+    registered as submodules (so the drafter's state dict and optimizer never see them)."""
+
+    def __init__(self, embed_tokens: nn.Module, lm_head: nn.Module):
+        self.embed_tokens = embed_tokens
+        self.lm_head = lm_head
+
+
+class DrafterOnTarget(nn.Module):
+    """A drafter built from the target's config that borrows its frozen embedding and LM head (EAGLE, MTP):
+    constructed as `cls(config, target_config, vocab_size)`, with the target config saved in its checkpoint."""
+
+    target_config: Any  # the target's transformers config
+    frozen: FrozenParts | None
+
+    def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module) -> None:
+        """Use the target's (frozen) embedding and LM head."""
+        self.frozen = FrozenParts(embed_tokens, lm_head)
+
+    def _parts(self) -> FrozenParts:
+        if self.frozen is None:
+            raise RuntimeError("attach_target(embed_tokens, lm_head) must be called before the forward")
+        return self.frozen
+
+    def extra_checkpoint_config(self) -> dict[str, Any]:
+        return {"target_config": self.target_config.to_dict()}
+
+    @classmethod
+    def from_checkpoint_config(cls, drafter_config: Any, saved: dict[str, Any]) -> DrafterOnTarget:
+        from transformers import AutoConfig
+
+        raw = dict(saved["target_config"])
+        target_config = AutoConfig.for_model(raw.pop("model_type"), **raw)
+        return cls(drafter_config, target_config, int(saved["draft_vocab_size"]))
