@@ -24,114 +24,29 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import platform  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
-from dataclasses import asdict, dataclass  # noqa: E402
+from dataclasses import asdict  # noqa: E402
 from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
 from draftsmith.eval.gate import FAIL, gate  # noqa: E402
-from draftsmith.eval.kv_cache import KV_CACHES  # noqa: E402
+from draftsmith.eval.settings import EvalArgs, parse_eval_args  # noqa: E402
+from draftsmith.eval.settings import build_parser as build_eval_parser  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class EvalArgs:
-    target: str
-    drafter: str
-    data: str
-    format: str = "auto"
-    num_prompts: int = 20
-    max_new_tokens: int = 128
-    depth: int | None = None
-    tree: str = "chain"
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-    acceptance: str = "exact"
-    baseline: bool = True
-    check_lossless: bool = False
-    device: str = "auto"
-    dtype: str = "auto"
-    kv_cache: str = "auto"
-    ngram_max: int = 3
-    ngram_min: int = 1
-    progress: bool = True
+# What to do with the report, not how it was measured: kept out of the report's settings.
+NOT_SETTINGS = ("progress", "report", "plot", "save_eval", "min_tau")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="draftsmith eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--target", required=True, help="target model: local directory or Hugging Face Hub id")
-    p.add_argument(
-        "--drafter",
-        required=True,
-        help="ngram (prompt lookup), self (the target drafts for itself: a sanity check), a draftsmith "
-        "checkpoint directory (a run's final/), or a Hugging Face causal LM sharing the target's tokenizer",
-    )
-    p.add_argument(
-        "--data",
-        required=True,
-        help="prompts: a .jsonl/.json/.parquet file in any format of the data pipeline (messages, sharegpt, "
-        "alpaca, turns, pair), a save_to_disk directory, hf:owner/name[:split] or stdlib:heldout",
-    )
-    p.add_argument("--format", default="auto", help="data format (default: detected from the first record)")
-    p.add_argument("--num-prompts", type=int, default=20, help="items to evaluate (default 20; 0 = all)")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per answer (default 128)")
-    p.add_argument(
-        "--depth",
-        type=int,
-        default=None,
-        help="draft depth K (default 5, or the drafter's maximum if smaller)",
-    )
-    p.add_argument(
-        "--tree",
-        default="chain",
-        help="draft tree: chain, topk:K (K alternatives per depth), sample:K (K sampled alternatives, LM "
-        "drafters at T>0), paths:FILE (JSON list of rank paths, Medusa style), or dynamic:K:N (EAGLE-2 "
-        "dynamic tree of N drafts, EAGLE drafters). Default chain",
-    )
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); >0 = sampling")
-    p.add_argument(
-        "--top-p", type=float, default=1.0, help="nucleus sampling, applied to target and draft alike"
-    )
-    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0 = off), applied to both alike")
-    p.add_argument(
-        "--seed", type=int, default=0, help="sampling seed (each answer gets seed-derived streams)"
-    )
-    p.add_argument(
-        "--acceptance",
-        choices=["exact", "typical"],
-        default="exact",
-        help="exact = lossless verification (default); typical = Medusa's typical acceptance (LOSSY)",
-    )
-    p.add_argument(
-        "--no-baseline", dest="baseline", action="store_false", help="skip plain decoding (no speedup)"
-    )
-    p.add_argument(
-        "--check-lossless",
-        action="store_true",
-        help="at T=0, check that every answer equals plain greedy decoding token for token",
-    )
-    p.add_argument("--report", type=Path, help="write the JSON report here")
-    p.add_argument("--plot", type=Path, help="write a PNG bar plot of acceptance by depth here")
-    p.add_argument("--save-eval", action="store_true", help="write the report as eval.json in the checkpoint")
-    p.add_argument("--min-tau", type=float, help="deployment gate: exit with status 3 when tau < this")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument(
-        "--kv-cache",
-        default="auto",
-        choices=list(KV_CACHES),
-        help="the target's key/value cache: auto (the model's dtype) or fp8 (float8 e4m3 with a per-tensor "
-        "scale, as vLLM's --kv-cache-dtype fp8; the plain-decoding baseline uses it too)",
-    )
-    p.add_argument("--ngram-max", type=int, default=3, help="longest n-gram the ngram drafter matches")
-    p.add_argument("--ngram-min", type=int, default=1, help="shortest n-gram the ngram drafter matches")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    return p
+    return build_eval_parser(__doc__ or "")
+
+
+def parse(argv: Sequence[str] | None) -> EvalArgs:
+    """The evaluator's settings from a command line (`--config FILE`, `KEY=VALUE`, `--flags`)."""
+    return parse_eval_args(build_parser(), argv)
 
 
 def _versions(device: torch.device) -> dict[str, Any]:
@@ -265,7 +180,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
             row["matches_greedy"] = t.baseline is not None and t.spec.tokens == t.baseline.tokens
         lossless = all(r["matches_greedy"] for r in rows)
     settings = {
-        **{k: v for k, v in asdict(args).items() if k != "progress"},
+        **{k: v for k, v in asdict(args).items() if k not in NOT_SETTINGS},
         "depth": depth,
         "max_draft_tokens": shape.num_draft,
         "drafter_kind": getattr(drafter, "name", type(drafter).__name__),
@@ -293,22 +208,21 @@ def write_json(report: dict[str, Any], path: Path) -> None:
     tmp.replace(path)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: EvalArgs) -> int:
     from draftsmith.eval.report import markdown, plot_acceptance
 
     if args.save_eval and not (Path(args.drafter) / "config.json").is_file():
         raise ValueError("--save-eval writes eval.json into a draftsmith checkpoint; --drafter is not one")
-    fields = EvalArgs.__dataclass_fields__
-    report = evaluate(EvalArgs(**{k: v for k, v in vars(args).items() if k in fields}))
+    report = evaluate(args)
     print(markdown(report))
     if report["lossless"] is False:
         bad = [f"{r['id']} turn {r['turn']}" for r in report["per_prompt"] if not r["matches_greedy"]]
         print(f"LOSSLESS CHECK FAILED: {len(bad)} answers differ from greedy decoding: {', '.join(bad[:5])}")
     if args.report:
-        write_json(report, args.report)
+        write_json(report, Path(args.report))
         print(f"report: {args.report}")
     if args.plot:
-        plot_acceptance(report, args.plot)
+        plot_acceptance(report, Path(args.plot))
         print(f"plot: {args.plot}")
     if args.save_eval:
         write_json(report, Path(args.drafter) / "eval.json")
@@ -327,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from draftsmith.models.errors import run_main
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     return run_main(lambda _: run(args), [])
 
 

@@ -81,9 +81,9 @@ def _build_target(argv: Sequence[str]) -> int:
 
 
 def _eval(argv: Sequence[str]) -> int:
-    from draftsmith.eval.acceptance import build_parser, run
+    from draftsmith.eval.acceptance import parse, run
 
-    return run(build_parser().parse_args(list(argv)))
+    return run(parse(list(argv)))
 
 
 def _gate(argv: Sequence[str]) -> int:

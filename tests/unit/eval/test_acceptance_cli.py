@@ -132,3 +132,29 @@ def test_script_entry_point_runs_from_a_checkout():
         check=True,
     )
     assert "--min-tau" in out.stdout and "deployment gate" in out.stdout
+
+
+def test_the_evaluator_reads_a_config_file_overrides_and_flags_through_one_strict_loader(tmp_path, capsys):
+    from typing import get_args, get_type_hints
+
+    from draftsmith.eval.acceptance import build_parser, parse
+    from draftsmith.eval.kv_cache import KV_CACHES
+    from draftsmith.eval.settings import EvalArgs
+
+    config = tmp_path / "eval.yaml"
+    config.write_text("target: t\ndrafter: ngram\ndata: d.jsonl\ndepth: 3\ntree: topk:2\n")
+    args = parse(["--config", str(config), "depth=4", "temperature=1", "--top-k", "5", "--no-baseline"])
+    assert (args.target, args.depth, args.tree, args.temperature, args.top_k, args.baseline) == (
+        "t", 4, "topk:2", 1.0, 5, False)  # fmt: skip
+    assert parse(["--config", str(config), "--depth", "2", "depth=6"]).depth == 2  # the flag wins
+    flags = parse(["--target", "t", "--drafter", "ngram", "--data", "x: y.jsonl", "--tree", "dynamic:4:16"])
+    assert (flags.data, flags.tree, flags.depth) == ("x: y.jsonl", "dynamic:4:16", None)  # text stays text
+    assert get_args(get_type_hints(EvalArgs)["kv_cache"]) == KV_CACHES
+    assert "num_prompts (int, default 20)" in build_parser().format_help()
+    for argv, message in ((["--config", str(config), "depht=3"], "did you mean 'depth'"),
+                          (["--drafter", "ngram", "--data", "d"], "missing required key 'target'"),
+                          (["--config", str(config), "--depth", "four"], "depth: expected")):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_:
+            parse(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "draftsmith eval: error: " in err and message in err, err
