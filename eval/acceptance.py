@@ -76,8 +76,8 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
     from draftsmith.data.chat_render import render_prompt
     from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
     from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
-    from draftsmith.eval.drafters import load_drafter_spec
-    from draftsmith.eval.drift import adapted_target, adapter_dir, adapter_drift
+    from draftsmith.eval.drafters import load_drafter_spec, served_target
+    from draftsmith.eval.drift import adapter_drift
     from draftsmith.eval.report import TurnResult, per_prompt_rows, summarize
     from draftsmith.eval.sampling import Sampling
     from draftsmith.eval.tree import parse_tree
@@ -107,10 +107,10 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
             ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
         )
         target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)
-    adapter = adapter_dir(args.drafter)
     original = None
-    if adapter is not None:  # Medusa-2: the adapted target is what gets served
-        original, target = target, adapted_target(target, adapter)
+    served = served_target(args.drafter, target)  # the drafter's family says whether it changes the target
+    if served is not None:  # e.g. Medusa-2: the adapted target is what gets served, so it is what is measured
+        original, target = target, served
     if drafter is None:
         drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min)
     depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)

@@ -28,6 +28,13 @@ def adapter_dir(drafter_spec: str) -> Path | None:
     return path if (path / "adapter_config.json").is_file() else None
 
 
+def merged_adapter(target: FrozenTarget, checkpoint: Path) -> FrozenTarget | None:
+    """The Medusa family's `served_target` (models/families.py): `target` with the checkpoint's adapter merged,
+    for a Medusa-2 checkpoint; None for Medusa-1 heads, which leave the target as it is."""
+    adapter = adapter_dir(str(checkpoint))
+    return adapted_target(target, adapter) if adapter is not None else None
+
+
 def adapted_target(target: FrozenTarget, adapter: Path) -> FrozenTarget:
     """A copy of `target` with the peft adapter at `adapter` merged into its weights."""
     from peft import PeftModel

@@ -35,6 +35,9 @@ class Family:
     layouts: dict[str, str] = field(default_factory=dict)  # engine -> export layout function (ship/layouts/)
     why_not: dict[str, str] = field(default_factory=dict)  # part or engine -> why this kind has none
     feature_layers: bool = False  # whether it reads target features (the card lists them)
+    # `(target, checkpoint dir) -> FrozenTarget | None`: the target an engine serves beside a checkpoint of this
+    # kind when the checkpoint changes it (Medusa-2's adapter, merged); the evaluator decodes with it.
+    served_target: str | None = None
 
     def resolve(self, part: str) -> Any:
         """The object a dotted-path part names (`module`, `config`, `loss`, `drafter`, or `layout:ENGINE`).
@@ -76,7 +79,7 @@ FAMILIES: dict[str, Family] = index(
             loss=f"{_M}.losses:medusa_loss", train_method="medusa", drafter=f"{_E}.medusa:MedusaDrafter",
             layouts={"vllm": f"{_S}.medusa:medusa_vllm", "tgi": f"{_S}.medusa:medusa_tgi",
                      "hf": f"{_S}.medusa:medusa_tgi"},
-            why_not={"sglang": "SGLang has no Medusa"},
+            why_not={"sglang": "SGLang has no Medusa"}, served_target="draftsmith.eval.drift:merged_adapter",
         ),
         Family(
             kind="eagle", title="EAGLE-1 draft head", tags=("eagle",),

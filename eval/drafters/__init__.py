@@ -56,6 +56,19 @@ def load_drafter_spec(spec: str, target: FrozenTarget, ngram_max: int = 3, ngram
     return LMDrafter(load_draft_lm(str(path) if path.is_dir() else spec, target), name="draft_lm")
 
 
+def served_target(spec: str, target: FrozenTarget) -> FrozenTarget | None:
+    """The target an engine serves beside the drafter `spec` when the drafter changes it (its family record's
+    `served_target`: Medusa-2's adapter merged), or None when the target is served as it is."""
+    config_file = Path(spec).expanduser() / "config.json"
+    if not config_file.is_file() or (Path(spec).expanduser() / TRAINER_STATE).is_file():
+        return None  # ngram, self, a plain causal LM; a training checkpoint is refused when it loads
+    kind = read_json(config_file).get("kind")
+    if kind is None or family(kind).served_target is None:
+        return None
+    served: FrozenTarget | None = family(kind).resolve("served_target")(target, Path(spec).expanduser())
+    return served
+
+
 HUB_REPO = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
 
 

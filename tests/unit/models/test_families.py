@@ -40,6 +40,8 @@ def test_every_part_exists_or_says_why_not(kind):
         if f.serves(engine):
             assert callable(f.resolve(f"layout:{engine}"))
     assert set(f.layouts) <= set(ENGINES) and not set(f.layouts) & set(f.why_not)
+    if f.served_target is not None:
+        assert callable(f.resolve("served_target"))
 
 
 def test_draft_lm_and_ngram_are_kinds_like_the_others():
