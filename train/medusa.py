@@ -134,6 +134,10 @@ class Medusa2Method(TrainingMethod):
         same = (adapted[m].argmax(-1) == original[m].argmax(-1)).sum().float().reshape(1)
         return torch.cat([kl.sum().reshape(1), sums]), {k: torch.cat([same, v]) for k, v in metrics.items()}
 
+    @property
+    def kind(self) -> str:
+        return "medusa"  # the heads are what ships; the adapter travels with them (save_final)
+
     def report(self, result: LoopResult) -> str:
         return format_accuracy_table(result.eval, len(self.term_names) - 1, result.initial_eval)
 

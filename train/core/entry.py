@@ -152,18 +152,11 @@ def _save_final(
         ) from err
 
 
-def drafter_kind(model: Any) -> str:
-    """The registered kind of a method's trainable module (`draft_lm` for a plain causal LM; Medusa-2's
-    module carries the heads' kind)."""
-    heads = getattr(model, "heads", None)
-    return str(getattr(model, "kind", None) or getattr(heads, "kind", None) or "draft_lm")
-
-
 def check_served(method: TrainingMethod, target: FrozenTarget, allow_unserved: bool) -> None:
     """Before the first step: refuse a drafter no serving engine loads for this target, in one line naming
     which engines serve what, unless the recipe asks for one anyway (`train.allow_unserved`: a drafter for
     draftsmith's own evaluator)."""
-    reason = unserved_reason(drafter_kind(method.model), target.model.config)
+    reason = unserved_reason(method.kind, target.model.config)
     if reason is None:
         return
     if not allow_unserved:

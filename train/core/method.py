@@ -32,6 +32,11 @@ class TrainingMethod:
     # FSDP-sharded drafts are refused.
     generates: bool = False
 
+    @property
+    def kind(self) -> str:
+        """The drafter kind it trains (its record in models/families.py); a plain causal LM is a `draft_lm`."""
+        return str(getattr(self.model, "kind", "draft_lm"))
+
     def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Loss tokens per term `[K]`, computed from the batch alone (before any forward)."""
         raise NotImplementedError
