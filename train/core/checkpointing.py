@@ -80,7 +80,7 @@ def all_ranks(accelerator: Accelerator, work: Callable[[], None]) -> None:
     if error is not None:
         raise error
     if float(failed.item()) > 0:
-        raise UserError("another process of this run failed while writing a checkpoint; its error is above")
+        raise UserError("another process of this run failed here; its error is printed above")
 
 
 def save_checkpoint(
