@@ -83,6 +83,12 @@ def all_ranks(accelerator: Accelerator, work: Callable[[], None]) -> None:
         raise UserError("another process of this run failed here; its error is printed above")
 
 
+def _intact(output_dir: Path) -> str:
+    """What a failed checkpoint write left intact, for its error line."""
+    earlier = list_checkpoints(output_dir)
+    return f"{earlier[-1].name} and earlier are intact" if earlier else "no earlier checkpoint was written"
+
+
 def save_checkpoint(
     accelerator: Accelerator,
     output_dir: Path,
@@ -111,10 +117,8 @@ def save_checkpoint(
         if accelerator.is_main_process:
             if tmp.exists():
                 shutil.rmtree(tmp)
-            earlier = list_checkpoints(output_dir)
-            kept = f"{earlier[-1].name} and earlier are intact" if earlier else "no checkpoint was written yet"
             require_space(output_dir, needed, f"checkpoint-{step}",
-                          f"nothing was written and {kept}: free some space and continue with --resume")  # fmt: skip
+                          f"nothing was written and {_intact(output_dir)}: free some space and continue with --resume")  # fmt: skip
 
     def write_state() -> None:
         if sharded:
@@ -139,11 +143,9 @@ def save_checkpoint(
             shutil.rmtree(tmp, ignore_errors=True)  # frees what the partial write took
         if message is None:
             raise
-        earlier = list_checkpoints(output_dir)
-        kept = f"{earlier[-1].name} and earlier are intact" if earlier else "no earlier checkpoint was written"
         size = f" (a checkpoint needs ~{format_bytes(needed)})" if message.startswith("no space") else ""
         raise DiskFull(
-            f"writing checkpoint-{step} failed: {message}{size}; the partial checkpoint was removed and {kept}: "
+            f"writing checkpoint-{step} failed: {message}{size}; the partial checkpoint was removed and {_intact(output_dir)}: "
             "fix the disk and continue with --resume"
         ) from err
     if accelerator.is_main_process:

@@ -133,6 +133,7 @@ class _Run:
     sharded: bool  # FSDP / DeepSpeed: accelerate writes and reads the state (pickles)
     train: TrainConfig
     output_dir: Path
+    term_weights: torch.Tensor  # method.term_weights on the device, moved once
 
 
 def run_training(
@@ -275,7 +276,8 @@ def _build(
             init_kwargs={"wandb": {"mode": log.wandb_mode, "dir": str(output_dir), "name": log.run_name}},
         )
     trainable = sum(p.numel() for g in param_groups for p in g["params"])  # all the optimizer updates
-    run = _Run(accelerator, method, model, optimizer, scheduler, schedule, total_steps, sharded, train, output_dir)
+    run = _Run(accelerator, method, model, optimizer, scheduler, schedule, total_steps, sharded, train, output_dir,
+               method.term_weights.to(accelerator.device))  # fmt: skip
     return run, trainable
 
 
@@ -314,7 +316,6 @@ def _optimizer_step(run: _Run, step: int, batches: list[dict[str, torch.Tensor]]
     batches = [method.prepare_batch(model, b, step, j, accelerator.process_index) for j, b in enumerate(batches)]
     batch_counts = [method.token_counts(b).to(accelerator.device) for b in batches]
     global_counts = accelerator.reduce(sum(batch_counts), "sum").clamp(min=1)  # per term, whole window
-    weights = method.term_weights.to(accelerator.device)
     nonfinite = torch.zeros(len(method.term_names), device=accelerator.device)
     tokens = torch.zeros((), device=accelerator.device)
     for j, batch in enumerate(batches):
@@ -325,7 +326,7 @@ def _optimizer_step(run: _Run, step: int, batches: list[dict[str, torch.Tensor]]
             # x grad_accum undoes that division and x num_processes the ranks' gradient averaging: the
             # gradient is that of sum / global tokens of the whole window.
             scale = accelerator.num_processes * train.grad_accum
-            loss = (weights * sums.float() / global_counts).sum() * scale
+            loss = (run.term_weights * sums.float() / global_counts).sum() * scale
             accelerator.backward(loss)
         nonfinite += (~torch.isfinite(sums.detach().float())).float()
         window.add(sums, batch_counts[j], metrics)
