@@ -112,6 +112,14 @@ FAMILIES: dict[str, Family] = index(
             why_not={"tgi": "TGI has no separate draft model"},
         ),
         Family(
+            kind="dflash", title="DFlash block drafter", tags=("dflash", "block-diffusion"),
+            module=f"{_M}.dflash:DFlashDraft", config=f"{_M}.dflash:DFlashConfig",
+            loss=f"{_M}.block_losses:block_slot_loss", train_method="dflash", drafter=f"{_E}.dflash:DFlashDrafter",
+            layouts={"vllm": f"{_S}.dflash:dflash_speculators", "sglang": f"{_S}.dflash:dflash_sglang",
+                     "hf": f"{_S}.dflash:dflash_sglang"},
+            why_not={"tgi": "TGI has no DFlash"}, feature_layers=True,
+        ),
+        Family(
             kind="ngram", title="n-gram prompt lookup", tags=("ngram",),
             module=None, config=None, loss=None, train_method=None, drafter=f"{_E}.ngram:NgramDrafter",
             why_not={"module": "prompt lookup has no weights", "config": "set by the evaluator's --ngram-* options",

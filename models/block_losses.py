@@ -1,0 +1,110 @@
+"""The losses of block drafters (DFlash, docs/ALGORITHMS-BLOCK.md 1.2): per-slot sums over sampled blocks.
+
+Pure functions: tensors in, `(sums [K], counts [K], metrics {name: [K]})` out in fp32, one term per predicted
+slot k = 1..K (K = B-1), so the loop reports and weights each depth like the head families' `depth{k}` terms.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .chunking import ChunkResult, recomputing
+
+
+def sample_anchors(
+    loss_mask: torch.Tensor, count: int, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block anchors: `(anchors [R, N] long ascending, keep [R, N] bool)`.
+
+    A candidate anchor a (0 <= a <= S-2) has a trained next token (`loss_mask[a+1]`), so the block that starts
+    an answer (anchored at the last prompt token) is trained too. Each row draws min(count, the largest number
+    of candidates of any row) without replacement; rows with fewer candidates are padded with blocks that have
+    `keep` False (anchor 0, no loss weight).
+    """
+    R, S = loss_mask.shape
+    cand = torch.zeros_like(loss_mask, dtype=torch.bool)
+    cand[:, :-1] = loss_mask[:, 1:].bool()
+    n = int(min(count, int(cand.sum(1).max()) if S > 1 else 0))
+    if n == 0:
+        empty = torch.zeros(R, 1, dtype=torch.long, device=loss_mask.device)
+        return empty, torch.zeros_like(empty, dtype=torch.bool)
+    keys = torch.rand(R, S, generator=generator, device="cpu").to(loss_mask.device)
+    keys = torch.where(cand, keys, torch.full_like(keys, 2.0))  # non-candidates sort last
+    picked = keys.argsort(dim=1)[:, :n]
+    keep = cand.gather(1, picked)
+    order = torch.where(keep, picked, picked + S).argsort(dim=1)  # kept anchors ascending, padding after
+    anchors, keep = picked.gather(1, order), keep.gather(1, order)
+    return torch.where(keep, anchors, torch.zeros_like(anchors)), keep
+
+
+def block_targets(
+    input_ids: torch.Tensor, loss_mask: torch.Tensor, anchors: torch.Tensor, keep: torch.Tensor, block: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What slots 1..B-1 of every block learn: `(labels [R, N, B-1], valid [R, N, B-1] bool,
+    positions [R, N, B-1])`.
+
+    Slot k of the block anchored at a predicts the data token x_{a+k} (slot 0 holds the anchor and is never
+    trained); it counts when the block is kept, a+k < S and x_{a+k} is a trained token. `positions` = a+k-1:
+    the column whose target distribution is the one over x_{a+k} (clamped into the sequence where invalid).
+    """
+    S = input_ids.shape[1]
+    pos = anchors[..., None] + torch.arange(1, block, device=anchors.device)  # [R, N, B-1]
+    inside = pos < S
+    col = pos.clamp(max=S - 1)
+    rows = torch.arange(input_ids.shape[0], device=anchors.device)[:, None, None]
+    labels = input_ids[rows, col]
+    valid = keep[..., None] & inside & loss_mask.bool()[rows, col]
+    return labels, valid, col - 1
+
+
+def block_slot_loss(
+    draft_logits: torch.Tensor,
+    labels: torch.Tensor,
+    valid: torch.Tensor,
+    target_logits: torch.Tensor,
+    kind: str = "ce",
+    weights: torch.Tensor | None = None,
+) -> ChunkResult:
+    """Per-slot loss sums over blocks `[R, c]` of K predicted slots.
+
+    Args:
+        draft_logits: `[R, c, K, V]`.
+        labels: `[R, c, K]` the data tokens (the `ce` label).
+        valid: `[R, c, K]` bool, the slots that count.
+        target_logits: `[R, c, K, V]` the target's logits for the same tokens (soft labels of `kl`; the greedy
+            token the metrics compare with).
+        kind: `ce` (cross-entropy on the data token, z-lab / SpecForge) or `kl` (against the target's
+            distribution; reported as soft cross-entropy, KL(p || q) plus p's entropy, the same gradient).
+        weights: `[R, c, K]` per-slot weights without gradient (D-PACE); None = 1.
+
+    Returns:
+        `(sums [K], counts [K], {"top1": [K], "prefix": [K], "alpha": [K]})`: top1 counts slots whose argmax
+        equals the target's greedy token, prefix counts slots whose block is right at every slot up to it (what
+        a chain accepts at T=0, teacher-forced), alpha sums sum_v min(p, q) (acceptance at T=1). Metrics are 0
+        while `recomputing()`.
+    """
+    lq = draft_logits.float().log_softmax(-1)
+    if kind == "ce":
+        per = -lq.gather(-1, labels[..., None])[..., 0]
+    elif kind == "kl":
+        per = -(target_logits.float().softmax(-1) * lq).sum(-1)
+    else:
+        raise ValueError(f"unknown block loss {kind!r}: use ce or kl")
+    w = valid.float() if weights is None else valid.float() * weights.float()
+    K = per.shape[-1]
+    sums = (per * w).reshape(-1, K).sum(0)
+    counts = valid.float().reshape(-1, K).sum(0)
+    zero = torch.zeros_like(sums)
+    metrics = {"top1": zero, "prefix": zero, "alpha": zero}
+    if not recomputing():
+        with torch.no_grad():
+            hit = (draft_logits.argmax(-1) == target_logits.argmax(-1)) & valid
+            run = torch.cumprod(hit.float(), dim=-1) * valid.float()
+            alpha = torch.minimum(lq.exp(), F.softmax(target_logits.float(), -1)).sum(-1) * valid.float()
+            metrics = {
+                "top1": hit.float().reshape(-1, K).sum(0),
+                "prefix": run.reshape(-1, K).sum(0),
+                "alpha": alpha.reshape(-1, K).sum(0),
+            }
+    return sums, counts, metrics
