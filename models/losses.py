@@ -44,13 +44,16 @@ def medusa_token_counts(loss_mask: torch.Tensor, num_heads: int) -> torch.Tensor
     ).float()
 
 
-def medusa_head_loss(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> ChunkResult:
+def medusa_head_loss(
+    logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None
+) -> ChunkResult:
     """One Medusa head's cross-entropy on columns aligned with their labels, as sums.
 
     Args:
         logits: `[B, c, V]` the head's logits.
         labels: `[B, c]` the token each column predicts (any id where `mask` is False).
         mask: `[B, c]` bool, True where the label is a trained token.
+        weights: `[B, c]` float per-column loss weights (e.g. D-PACE's); None = the mask.
 
     Returns:
         `(loss sum [1], count [1], {"top1": [1], "top5": [1]})`, top-k counting correct predictions on the same
@@ -58,14 +61,21 @@ def medusa_head_loss(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Ten
     """
     lg = logits.float()
     ce = F.cross_entropy(lg.transpose(1, 2), labels, reduction="none")  # [B, c]
-    zero = lg.new_zeros(1)
-    top1, top5 = zero, zero
-    if not recomputing():
-        with torch.no_grad():
-            hit = lg.topk(min(5, lg.shape[-1]), dim=-1).indices == labels.unsqueeze(-1)  # [B, c, 5]
-            top1 = (hit[..., 0] & mask).sum().float().reshape(1)
-            top5 = (hit.any(-1) & mask).sum().float().reshape(1)
-    return (ce * mask).sum().reshape(1), mask.sum().float().reshape(1), {"top1": top1, "top5": top5}
+    top1, top5 = medusa_hits(lg, labels, mask)
+    loss = (ce * (mask if weights is None else weights)).sum().reshape(1)
+    return loss, mask.sum().float().reshape(1), {"top1": top1, "top5": top5}
+
+
+def medusa_hits(
+    logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Correct top-1 / top-5 predictions `([1], [1])` of `[B, c, V]` logits on `mask` (0 while `recomputing()`)."""
+    zero = logits.new_zeros(1, dtype=torch.float32)
+    if recomputing():
+        return zero, zero
+    with torch.no_grad():
+        hit = logits.topk(min(5, logits.shape[-1]), dim=-1).indices == labels.unsqueeze(-1)  # [B, c, 5]
+        return (hit[..., 0] & mask).sum().float().reshape(1), (hit.any(-1) & mask).sum().float().reshape(1)
 
 
 def medusa_targets(
@@ -116,12 +126,9 @@ def soft_cross_entropy(target_probs: torch.Tensor, draft_logits: torch.Tensor) -
 
 
 def eagle1_loss(
-    predicted: torch.Tensor,
-    features: torch.Tensor,
-    predicted_logits: torch.Tensor,
-    target_logits: torch.Tensor,
+    predicted: torch.Tensor, features: torch.Tensor, predicted_logits: torch.Tensor, target_logits: torch.Tensor,
     loss_mask: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:  # fmt: skip
     """EAGLE-1 losses (ALGORITHMS.md 3.3), as sums over the masked columns.
 
     Args:
@@ -156,6 +163,7 @@ def eagle1_chunk_loss(
     predicted_logits: torch.Tensor,
     next_target_logits: torch.Tensor,
     mask: torch.Tensor,
+    weights: torch.Tensor | None = None,
 ) -> ChunkResult:
     """`eagle1_loss` on columns already aligned with their targets (what `chunked_loss` slices).
 
@@ -165,12 +173,13 @@ def eagle1_chunk_loss(
         predicted_logits: `[B, c, V]` lm_head(f_hat).
         next_target_logits: `[B, c, V]` lm_head(f_{t+1}): the soft label of column t.
         mask: `[B, c]` bool, the trained columns (`eagle1_mask`).
+        weights: `[B, c]` float weights of the soft cross-entropy (e.g. D-PACE's); None = mask.
 
     Returns:
         As `eagle1_loss` (top1 left at 0 while `recomputing()`).
     """
     m = mask.float()
-    reg = F.smooth_l1_loss(predicted.float(), next_features.float(), reduction="none").mean(-1)
+    reg = eagle1_regression(predicted, next_features)
     p = torch.softmax(next_target_logits.float(), dim=-1)
     cls = soft_cross_entropy(p, predicted_logits)
     top1 = m.new_zeros(())
@@ -180,15 +189,21 @@ def eagle1_chunk_loss(
             top1 = (hit * m).sum()
     n = m.sum()
     return (
-        torch.stack([(reg * m).sum(), (cls * m).sum()]),
+        torch.stack([(reg * m).sum(), (cls * (m if weights is None else weights)).sum()]),
         torch.stack([n, n]),
         {"top1": torch.stack([top1, top1])},
     )
 
 
+def eagle1_regression(predicted: torch.Tensor, next_features: torch.Tensor) -> torch.Tensor:
+    """EAGLE-1's feature regression per column `[B, c]`: SmoothL1 (beta 1) averaged over the hidden size."""
+    return F.smooth_l1_loss(predicted.float(), next_features.float(), reduction="none").mean(-1)
+
+
 def eagle3_step_loss(
-    draft_logits: torch.Tensor, target_logits: torch.Tensor, loss_mask: torch.Tensor, t2d: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    draft_logits: torch.Tensor, target_logits: torch.Tensor, loss_mask: torch.Tensor, t2d: torch.Tensor,
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """One EAGLE-3 TTT step (ALGORITHMS.md 5.2 and 13), as sums.
 
     Args:
@@ -197,6 +212,7 @@ def eagle3_step_loss(
             token this step predicts).
         loss_mask: `[B, T]` the step's (shifted) mask.
         t2d: `[V]` bool, the draft vocabulary.
+        weights: `[B, T]` float per-position loss weights (e.g. D-PACE's); None = the mask.
 
     Returns:
         `(loss sum, mask count, correct top-1 count)`. Positions whose target argmax is outside the draft
@@ -214,7 +230,7 @@ def eagle3_step_loss(
     if not recomputing():
         with torch.no_grad():
             hit = ((draft_logits.argmax(-1) == p.argmax(-1)).float() * pm).sum()
-    return (ce * pm).sum(), m.sum(), hit
+    return (ce * (pm if weights is None else pm * weights)).sum(), m.sum(), hit
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -346,8 +362,9 @@ def distill_loss(
 
 
 def mtp_depth_loss(
-    logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, greedy: torch.Tensor
-) -> ChunkResult:
+    logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, greedy: torch.Tensor,
+    weights: torch.Tensor | None = None,
+) -> ChunkResult:  # fmt: skip
     """One MTP depth's cross-entropy on the data's tokens (ALGORITHMS.md 7.1), as sums.
 
     Args:
@@ -355,6 +372,7 @@ def mtp_depth_loss(
         labels: `[B, c]` t_{i+k+1}.
         mask: `[B, c]` bool, True where t_{i+k+1} is an answer token.
         greedy: `[B, c]` the target's own greedy choice for the same token.
+        weights: `[B, c]` float per-column loss weights (e.g. D-PACE's); None = the mask.
 
     Returns:
         `(loss sum [1], count [1], {"top1": [1], "agree": [1]})`: agreement with the data's token and with the
@@ -362,12 +380,19 @@ def mtp_depth_loss(
     """
     picked = logits[mask].float()  # [n, V]
     target = labels[mask]
-    zero = picked.new_zeros(1)
-    top1, agree = zero, zero
-    if not recomputing():
-        with torch.no_grad():
-            best = picked.argmax(-1)
-            top1 = (best == target).sum().float().reshape(1)
-            agree = (best == greedy[mask]).sum().float().reshape(1)
-    loss = F.cross_entropy(picked, target, reduction="sum").reshape(1)
+    top1, agree = mtp_hits(logits, labels, mask, greedy)
+    ce = F.cross_entropy(picked, target, reduction="sum" if weights is None else "none")
+    loss = (ce if weights is None else (ce * weights[mask]).sum()).reshape(1)
     return loss, mask.sum().float().reshape(1), {"top1": top1, "agree": agree}
+
+
+def mtp_hits(
+    logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, greedy: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(top1 [1], agree [1])`: argmax equals the data's / the target's greedy token on `mask` (0 if recomputing)."""
+    zero = logits.new_zeros(1, dtype=torch.float32)
+    if recomputing():
+        return zero, zero
+    with torch.no_grad():
+        best = logits[mask].argmax(-1)
+        return (best == labels[mask]).sum().float().reshape(1), (best == greedy[mask]).sum().float().reshape(1)

@@ -19,11 +19,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_positions, chunked_loss
+from draftsmith.models.chunking import (
+    LOSS_CHUNK_TOKENS,
+    ChunkResult,
+    chunk_positions,
+    chunked_loss,
+    recomputing,
+)
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, default_feature_layers
 from draftsmith.models.errors import run_main
-from draftsmith.models.losses import eagle1_chunk_loss, eagle1_mask, eagle3_step_loss
+from draftsmith.models.losses import eagle1_chunk_loss, eagle1_mask, eagle1_regression, eagle3_step_loss
+from draftsmith.models.objectives import (
+    ObjectiveConfig,
+    acceptance_sum,
+    chain_weights,
+    masked_objective,
+    per_column,
+)
 from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
@@ -48,6 +61,7 @@ class EagleRecipe:
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
     draft: EagleConfig = field(default_factory=EagleConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -75,23 +89,36 @@ class EagleMethod(TrainingMethod):
     """The loop's view of EAGLE: features from the frozen target, the drafter, its loss terms.
 
     `loss_chunk`: tokens whose logits (the draft's and the target's soft labels) are computed at once (see
-    `chunked_loss`); the loss is the same for any value.
+    `chunked_loss`); the loss is the same for any value. `objective`: the per-position loss and depth weights
+    (default: soft cross-entropy against the target, TTT step s weighted step_decay**s; EAGLE-1's weighting
+    applies to its classification term). Every objective is measured against the target distribution of the
+    soft label; `ce`'s label is the target's argmax; a D-PACE chain is the TTT steps at one column.
     """
 
     def __init__(
-        self, target: FrozenTarget, draft: Eagle1Draft | Eagle3Draft, loss_chunk: int = LOSS_CHUNK_TOKENS
+        self,
+        target: FrozenTarget,
+        draft: Eagle1Draft | Eagle3Draft,
+        loss_chunk: int = LOSS_CHUNK_TOKENS,
+        objective: ObjectiveConfig | None = None,
     ):
         self.target = target
         self.loss_chunk = loss_chunk
         self.model: nn.Module = draft
         self.version = draft.config.version
+        self.objective = objective or ObjectiveConfig()
         if self.version == 1:
             self.term_names = ["depth1_reg", "depth1"]
             self.term_weights = torch.tensor([draft.config.reg_weight, draft.config.cls_weight])
+            if self.objective.weighting != "fixed":
+                cls = self.objective.term_weights(self.term_weights[1:], scale=draft.config.cls_weight)
+                self.term_weights = torch.cat([self.term_weights[:1], cls])
         else:
             S = draft.config.ttt_steps
             self.term_names = [f"depth{s + 1}" for s in range(S)]  # TTT step s drafts depth s+1
-            self.term_weights = torch.tensor([draft.config.step_decay**s for s in range(S)])
+            self.term_weights = self.objective.term_weights(
+                torch.tensor([draft.config.step_decay**s for s in range(S)])
+            )
         self.feature_layers = tuple(draft.feature_layers)
 
     def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -108,11 +135,14 @@ class EagleMethod(TrainingMethod):
         draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
         masks = step_masks(batch, 1 if self.version == 1 else len(self.term_names))
         chunk = chunk_positions(ids.shape[0], self.loss_chunk)
+        head, objective = self.target.head, self.objective
         if self.version == 1:
             f = feats["final"]
             predicted = model(draft.input_noise(f), shift_left(ids))
-            inputs = (predicted, shift_left(f), eagle1_mask(masks[0]))
-            sums, _, metrics = chunked_loss(_eagle1_chunk(draft, self.target.head), inputs, chunk)
+            m = eagle1_mask(masks[0])
+            inputs = (predicted, shift_left(f), m)
+            weights = self._weights(draft, [predicted], [shift_left(f)], [m], chunk)[0]
+            sums, _, metrics = chunked_loss(_eagle1_chunk(draft, head, objective), (*inputs, weights), chunk)
             return sums, metrics
         g = torch.cat([feats[i] for i in self.feature_layers], dim=-1)
         hidden = model(g, ids)  # one [B, T, H] per TTT step; the logits are computed per chunk
@@ -120,11 +150,30 @@ class EagleMethod(TrainingMethod):
         # Step s's soft label at column t is the target's distribution at position t+s+1 (zeros past the end):
         # views into one zero-padded copy of `final`, not one shifted copy per step.
         final = F.pad(feats["final"], (0, 0, 0, len(hidden)))
-        fn = _eagle3_chunk(draft, self.target.head)
-        steps = [
-            chunked_loss(fn, (h, final[:, s + 1 : s + 1 + T], masks[s]), chunk) for s, h in enumerate(hidden)
-        ]
-        return torch.cat([st[0] for st in steps]), {"top1": torch.cat([st[2]["top1"] for st in steps])}
+        finals = [final[:, s + 1 : s + 1 + T] for s in range(len(hidden))]
+        weights = self._weights(draft, hidden, finals, masks, chunk)
+        fn = _eagle3_chunk(draft, head, objective)
+        steps = [chunked_loss(fn, (h, finals[s], masks[s], weights[s]), chunk) for s, h in enumerate(hidden)]
+        metrics = {name: torch.cat([st[2][name] for st in steps]) for name in ("top1", "alpha")}
+        return torch.cat([st[0] for st in steps]), metrics
+
+    def _weights(
+        self,
+        draft: Any,
+        hidden: Sequence[torch.Tensor],
+        finals: Sequence[torch.Tensor],
+        masks: Sequence[torch.Tensor],
+        chunk: int,
+    ) -> torch.Tensor:
+        """Per-position loss weights `[D, B, T]`: the masks, or D-PACE's weights of the chain of depths at each
+        column, from the draft's cross-entropy on the target's argmax (in the draft vocabulary; a position
+        whose argmax is outside it is an invalid slot)."""
+        mask = torch.stack(list(masks))
+        if self.objective.weighting != "dpace":
+            return mask.float()
+        fn = _argmax_ce(draft, self.target.head)
+        out = torch.stack([per_column(fn, (h, f), chunk) for h, f in zip(hidden, finals, strict=True)])
+        return chain_weights(out[..., 0], mask & (out[..., 1] > 0), self.objective.dpace_alpha)
 
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
         """`tau_estimate`: 1 + sum_d prod_{s<d} acc_s (EAGLE-1: its one accuracy at every depth up to 5)."""
@@ -139,31 +188,89 @@ class EagleMethod(TrainingMethod):
         return format_step_table(result.eval, self.term_names, result.initial_eval)
 
 
-def _eagle1_chunk(
-    draft: Eagle1Draft, head: Callable[[torch.Tensor], torch.Tensor]
-) -> Callable[..., ChunkResult]:
-    """EAGLE-1's loss on one chunk: `(predicted [B, c, H], next features [B, c, H], mask [B, c])` -> sums, with
-    the drafter's logits through the frozen head and the soft labels `head(f_{t+1})` computed here."""
+def _target_view(draft: Any, target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(the target's logits over the draft vocabulary [B, c, Vd], kept [B, c] bool)`: kept where the target's
+    argmax is inside the draft vocabulary (always for EAGLE-1 and a full vocabulary)."""
+    vd = getattr(draft, "draft_vocab_size", target_logits.shape[-1])
+    if vd == target_logits.shape[-1]:
+        return target_logits, torch.ones(target_logits.shape[:-1], dtype=torch.bool, device=target_logits.device)
+    return target_logits[..., draft.t2d], draft.t2d[target_logits.argmax(-1)]
 
-    def fn(predicted: torch.Tensor, next_features: torch.Tensor, mask: torch.Tensor) -> ChunkResult:
-        with torch.no_grad():
-            labels = head(next_features)
-        return eagle1_chunk_loss(predicted, next_features, draft.logits(predicted), labels, mask)
+
+def _argmax_ce(draft: Any, head: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """`(draft state [B, c, H], target state [B, c, H])` -> `[B, c, 2]`: the draft's cross-entropy on the target's
+    argmax and whether that argmax is in the draft vocabulary (D-PACE's confidence; no gradient)."""
+
+    def fn(hidden: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
+        target, kept = _target_view(draft, head(final))
+        ce = F.cross_entropy(draft.logits(hidden).float().transpose(1, 2), target.argmax(-1), reduction="none")
+        return torch.stack([ce, kept.float()], dim=-1)
 
     return fn
 
 
+def _eagle1_chunk(
+    draft: Eagle1Draft, head: Callable[[torch.Tensor], torch.Tensor], objective: ObjectiveConfig
+) -> Callable[..., ChunkResult]:
+    """EAGLE-1's loss on one chunk: `(predicted [B, c, H], next features [B, c, H], mask [B, c], weights [B, c])`
+    -> sums, with the drafter's logits through the frozen head and the soft labels `head(f_{t+1})` computed
+    here."""
+
+    def fn(
+        predicted: torch.Tensor, next_features: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor
+    ) -> ChunkResult:
+        with torch.no_grad():
+            labels = head(next_features)
+        logits = draft.logits(predicted)
+        if objective.loss is None:
+            w = None if objective.weighting == "fixed" else weights
+            sums, counts, metrics = eagle1_chunk_loss(predicted, next_features, logits, labels, mask, w)
+            alpha = acceptance_sum(logits, None if recomputing() else labels, mask)
+            return sums, counts, {**metrics, "alpha": alpha.repeat(2)}
+        cls, alpha = masked_objective(
+            objective.loss, logits, labels, labels.argmax(-1), weights, mask, kappa=objective.lk_kappa
+        )
+        reg = (eagle1_regression(predicted, next_features) * mask).sum().reshape(1)
+        top1 = _hits(logits, labels.argmax(-1), mask)
+        n = mask.sum().float().reshape(1)
+        return torch.cat([reg, cls]), n.repeat(2), {"top1": top1.repeat(2), "alpha": alpha.repeat(2)}
+
+    return fn
+
+
+def _hits(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Correct top-1 predictions `[1]` on `mask` (0 while `recomputing()`)."""
+    if recomputing():
+        return logits.new_zeros(1, dtype=torch.float32)
+    with torch.no_grad():
+        return ((logits.argmax(-1) == labels) & mask).sum().float().reshape(1)
+
+
 def _eagle3_chunk(
-    draft: Eagle3Draft, head: Callable[[torch.Tensor], torch.Tensor]
+    draft: Eagle3Draft, head: Callable[[torch.Tensor], torch.Tensor], objective: ObjectiveConfig
 ) -> Callable[..., ChunkResult]:
     """One TTT step's loss on one chunk: `(draft output [B, c, H], the target's final state at the positions
-    predicted [B, c, H], mask [B, c])` -> `(sum [1], count [1], {"top1": [1]})`."""
+    predicted [B, c, H], mask [B, c], weights [B, c])` -> `(sum [1], count [1], {"top1": [1], "alpha": [1]})`."""
 
-    def fn(hidden: torch.Tensor, final: torch.Tensor, mask: torch.Tensor) -> ChunkResult:
+    def fn(hidden: torch.Tensor, final: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> ChunkResult:
+        logits = draft.logits(hidden)
+        if objective.loss is None:
+            with torch.no_grad():
+                target_logits = head(final)
+            w = None if objective.weighting == "fixed" else weights
+            loss, count, hit = eagle3_step_loss(logits, target_logits, mask, draft.t2d, w)
+            alpha = logits.new_zeros(1, dtype=torch.float32)
+            if not recomputing():
+                target, kept = _target_view(draft, target_logits)
+                alpha = acceptance_sum(logits, target, mask & kept)
+            return loss.reshape(1), count.reshape(1), {"top1": hit.reshape(1), "alpha": alpha}
         with torch.no_grad():
-            target_logits = head(final)
-        loss, count, hit = eagle3_step_loss(draft.logits(hidden), target_logits, mask, draft.t2d)
-        return loss.reshape(1), count.reshape(1), {"top1": hit.reshape(1)}
+            target, kept = _target_view(draft, head(final))
+        labels = target.argmax(-1)
+        loss, alpha = masked_objective(
+            objective.loss, logits, target, labels, weights * kept, mask & kept, kappa=objective.lk_kappa
+        )
+        return loss, mask.sum().float().reshape(1), {"top1": _hits(logits, labels, mask & kept), "alpha": alpha}
 
     return fn
 
@@ -214,7 +321,7 @@ def cache_layers(cfg: EagleRecipe, target: FrozenTarget) -> list[LayerId]:
 
 def build_method(cfg: EagleRecipe, target: FrozenTarget, data: DataBundle) -> EagleMethod:
     target.check_layer_ids(cfg.draft.feature_layers or [])
-    return EagleMethod(target, build_draft(cfg, target, data.train))
+    return EagleMethod(target, build_draft(cfg, target, data.train), objective=cfg.objective)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

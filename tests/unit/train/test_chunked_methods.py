@@ -64,6 +64,11 @@ def assert_rel_close(got: torch.Tensor, want: torch.Tensor, rel: float = 1e-6) -
     assert float((got.detach() - want.detach()).abs().max()) <= rel * max(scale, 1e-30), (got, want)
 
 
+def overlap(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
+    """alpha = sum_v min(p, q) per position, the acceptance probability every method logs (dense)."""
+    return torch.minimum(torch.softmax(target_logits, -1), torch.softmax(draft_logits, -1)).sum(-1)
+
+
 def check(
     method: Any, b: dict[str, torch.Tensor], oracle: Callable[[], tuple[torch.Tensor, dict]], vocab: set[int]
 ) -> None:
@@ -109,7 +114,8 @@ def test_medusa(small_target):
     def oracle() -> tuple[torch.Tensor, dict]:
         final = target.forward(b["input_ids"], b["attention_mask"])[0]["final"]
         logits = heads(final)  # [K, B, T, V]
-        sums, top1, top5 = [], [], []
+        z = target.head(final)  # the target's logits; head k (1-based) at column t is measured against column t+k
+        sums, top1, top5, alpha = [], [], [], []
         for k in range(3):
             shift = k + 2
             lg, tgt, m = logits[k, :, : T - shift], b["input_ids"][:, shift:], b["loss_mask"][:, shift:]
@@ -117,7 +123,8 @@ def test_medusa(small_target):
             hit = lg.topk(5, -1).indices == tgt[..., None]
             top1.append((hit[..., 0] & m).sum().float())
             top5.append((hit.any(-1) & m).sum().float())
-        return torch.stack(sums), {"top1": torch.stack(top1), "top5": torch.stack(top5)}
+            alpha.append((overlap(z[:, k + 1 : T - 1], lg) * m).sum())
+        return torch.stack(sums), {"top1": torch.stack(top1), "top5": torch.stack(top5), "alpha": torch.stack(alpha)}
 
     check(method, b, oracle, {target.vocab_size})
 
@@ -138,7 +145,9 @@ def test_eagle1(small_target):
         reg = F.smooth_l1_loss(predicted[:, :-1], f[:, 1:], reduction="none").mean(-1)
         cls = -(torch.softmax(z, -1) * torch.log_softmax(q, -1)).sum(-1)
         top1 = ((q.argmax(-1) == z.argmax(-1)).float() * m).sum()
-        return torch.stack([(reg * m).sum(), (cls * m).sum()]), {"top1": torch.stack([top1, top1])}
+        alpha = (overlap(z, q) * m).sum()
+        metrics = {"top1": torch.stack([top1, top1]), "alpha": torch.stack([alpha, alpha])}
+        return torch.stack([(reg * m).sum(), (cls * m).sum()]), metrics
 
     check(method, b, oracle, {target.vocab_size})
 
@@ -163,14 +172,15 @@ def test_eagle3_with_a_reduced_draft_vocabulary(small_target):
         feats, logits = target.forward(b["input_ids"], b["attention_mask"], (1, 2, 3), return_logits=True)
         step_logits = draft.unroll(torch.cat([feats[i] for i in (1, 2, 3)], -1), b["input_ids"])
         z = shift_left(logits)
-        sums, hits = [], []
+        sums, hits, alpha = [], [], []
         for s, m in enumerate(step_masks(b, steps)):
             pm = m.float() * draft.t2d[z.argmax(-1)].float()
             p = torch.softmax(z[..., draft.t2d], -1)
             sums.append((-(p * torch.log_softmax(step_logits[s], -1)).sum(-1) * pm).sum())
             hits.append(((step_logits[s].argmax(-1) == p.argmax(-1)).float() * pm).sum())
+            alpha.append((overlap(z[..., draft.t2d], step_logits[s]) * pm).sum())  # kept positions only
             z = shift_left(z)
-        return torch.stack(sums), {"top1": torch.stack(hits)}
+        return torch.stack(sums), {"top1": torch.stack(hits), "alpha": torch.stack(alpha)}
 
     check(method, b, oracle, {target.vocab_size, vd})
 
@@ -187,13 +197,15 @@ def test_mtp(small_target):
     def oracle() -> tuple[torch.Tensor, dict]:
         L = target.num_layers
         feats, logits = target.forward(ids, b["attention_mask"], (L,), return_logits=True)
-        sums, top1, agree = [], [], []
+        sums, top1, agree, alpha = [], [], [], []
         for k, (lg, m) in enumerate(zip(draft(feats[L], ids), depth_masks(b, 2), strict=True), start=1):
             labels, picked = shift_tokens(ids, k + 1)[m], lg[m]
             sums.append(F.cross_entropy(picked, labels, reduction="sum"))
             top1.append((picked.argmax(-1) == labels).sum().float())
             agree.append((picked.argmax(-1) == shift_tokens(logits.argmax(-1), k)[m]).sum().float())
-        return torch.stack(sums), {"top1": torch.stack(top1), "agree": torch.stack(agree)}
+            alpha.append(overlap(logits[:, k:][m[:, : T - k]], picked).sum())  # the target at column i+k
+        metrics = {"top1": torch.stack(top1), "agree": torch.stack(agree), "alpha": torch.stack(alpha)}
+        return torch.stack(sums), metrics
 
     check(method, b, oracle, {target.vocab_size})
 
