@@ -120,6 +120,15 @@ FAMILIES: dict[str, Family] = index(
             why_not={"tgi": "TGI has no DFlash"}, feature_layers=True,
         ),
         Family(
+            kind="peagle", title="P-EAGLE parallel draft head", tags=("peagle", "eagle3", "eagle"),
+            module=f"{_M}.peagle:PEagleDraft", config=f"{_M}.peagle:PEagleConfig",
+            loss=f"{_M}.losses:eagle3_step_loss", train_method="peagle", drafter=f"{_E}.peagle:PEagleDrafter",
+            layouts={"vllm": f"{_S}.peagle:peagle_speculators", "hf": f"{_S}.peagle:peagle_speculators"},
+            why_not={"sglang": "SGLang has no parallel-drafting EAGLE (P-EAGLE is served by vLLM's eagle3 method "
+                               "with parallel_drafting)", "tgi": "TGI has no EAGLE"},
+            feature_layers=True,
+        ),
+        Family(
             kind="ngram", title="n-gram prompt lookup", tags=("ngram",),
             module=None, config=None, loss=None, train_method=None, drafter=f"{_E}.ngram:NgramDrafter",
             why_not={"module": "prompt lookup has no weights", "config": "set by the evaluator's --ngram-* options",

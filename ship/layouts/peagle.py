@@ -1,0 +1,71 @@
+"""P-EAGLE in vLLM's speculators layout (`speculators_model_type: peagle`; docs/ALGORITHMS-BLOCK.md section 2.4).
+
+EAGLE-3's speculators layout (docs/ENGINES.md 6.2) with N layers, the mask hidden state and an embedding:
+
+    draftsmith name                               speculators name                                 shape
+    fc, layer.*, norm_in, norm_hidden,            as EAGLE-3 under layers.0. (q/k/v read 2H)
+      norm_final, lm_head_d, d2t, t2d
+    later.{k}.* (standard Llama layers)           layers.{k+1}.* incl. input_layernorm (q/k/v read H)
+    mask_hidden [3H]                              mask_hidden                                      [1, 1, 3H]
+    mask_embedding [H] + the target's embedding   embed_tokens.weight: the target's rows, row          [V, H]
+                                                  mask_token_id replaced by the mask embedding
+
+vLLM reads `mask_token_id` (its parallel-drafting token) and embeds it with the draft's own `embed_tokens`,
+and runs `fc(mask_hidden)` at every mask slot; every other row is copied from the loaded target, so real
+tokens embed as with the target's table. Layer ids in vLLM's convention (canonical; docs/ENGINES.md 6.3). vLLM drafts in parallel
+only when the speculative config says `"parallel_drafting": true` (it is off by default), so the serve
+command sets it; `vllm serve DIR` alone would draft autoregressively with a model trained for parallel drafting.
+SGLang does not serve P-EAGLE (refused in the family record).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .common import Export, ExportError, LayoutSpec, TargetInfo
+from .eagle import draft_layer_kind, eagle3_speculators, layer_shapes
+
+
+def peagle_speculators(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
+    """P-EAGLE -> the speculators P-EAGLE layout vLLM loads with `parallel_drafting`."""
+    cfg = source["config"]["drafter"]
+    N, D, mask_id = int(cfg["num_layers"]), int(cfg["num_depths"]), int(cfg["mask_token_id"])
+    H, V = target.hidden_size, target.vocab_size
+    state = dict(source["state"])
+    mask_hidden, mask_embedding = state.pop("mask_hidden"), state.pop("mask_embedding")
+    later = {k: state.pop(k) for k in list(state) if k.startswith("later.")}
+    base, spec = eagle3_speculators({**source, "state": state}, target, "vllm")
+    embedding = target.embedding().clone()
+    if tuple(embedding.shape) != (V, H) or not 0 <= mask_id < V:
+        raise ExportError(f"P-EAGLE export: mask_token_id {mask_id} is not a row of the target's [{V}, {H}] embedding")
+    embedding[mask_id] = mask_embedding.to(embedding.dtype)
+    tensors = {**base.tensors, "mask_hidden": mask_hidden.reshape(1, 1, 3 * H), "embed_tokens.weight": embedding}
+    for name, tensor in later.items():
+        k, rest = name.removeprefix("later.").split(".", 1)
+        tensors[f"layers.{int(k) + 1}.{rest}"] = tensor
+    config = json.loads(json.dumps(base.config))  # a deep copy of EAGLE-3's
+    config.update(architectures=["PEagleSpeculator"], speculators_model_type="peagle", mask_token_id=mask_id,
+                  embed_requires_grad=cfg["mask_embedding"] == "learned")  # fmt: skip
+    config["transformer_layer_config"]["num_hidden_layers"] = N
+    config["speculators_config"]["algorithm"] = "peagle"
+    config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = D
+    speculative = {"method": "eagle3", "model": "{dir}", "num_speculative_tokens": D, "parallel_drafting": True}
+    export = Export(
+        layout="peagle-vllm-speculators", engine=engine, config=config, tensors=tensors, layer_ids=base.layer_ids,
+        serve=[f"vllm serve {target.path} --speculative-config '{json.dumps(speculative)}'"],
+        notes=["parallel_drafting must be true in the speculative config (vLLM leaves it off): without it vLLM "
+               f"drafts autoregressively. num_speculative_tokens may be lowered, not raised above {D} (the depths "
+               "trained)."] + base.notes[1:],
+    )  # fmt: skip
+    layer = draft_layer_kind(source)
+    shapes = dict(spec.tensors)
+    for i in range(1, N):
+        shapes.update(layer_shapes(target, f"layers.{i}.", H, input_norm=True, layer=layer))
+    shapes.update({"mask_hidden": (1, 1, 3 * H), "embed_tokens.weight": (V, H)})
+    spec = LayoutSpec(
+        tensors=shapes, draft_vocab=spec.draft_vocab, dtypes=spec.dtypes, own_embedding=True,
+        config={**spec.config, "speculators_model_type": "peagle", "transformer_layer_config.num_hidden_layers": N,
+                "mask_token_id": mask_id, "speculators_config.algorithm": "peagle"},
+    )  # fmt: skip
+    return export, spec

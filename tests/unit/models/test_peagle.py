@@ -1,0 +1,273 @@
+"""P-EAGLE against docs/ALGORITHMS-BLOCK.md section 2 and its test oracle 8: COD sampling invariants, the
+item mask against the rule written out, train/infer parity, the loss alignment, the mask-token choice, and a
+short run through `draftsmith train peagle`."""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_tiny_llama
+
+from draftsmith.eval.drafters.peagle import PEagleDrafter
+from draftsmith.eval.tree import parse_tree
+from draftsmith.models.losses import eagle3_step_loss
+from draftsmith.models.peagle import PEagleConfig, PEagleDraft, cod_sample, item_mask, pick_mask_token
+from draftsmith.train.eagle import step_masks
+from draftsmith.train.peagle import PEagleMethod, batch_items, depth_loss, item_targets
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "recipes"))  # tests/recipes/_run.py
+V, H = 48, 32
+
+
+def _randomize(model: torch.nn.Module, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g) * 0.3
+            p.copy_(1 + noise if p.ndim == 1 and "norm" in name else noise)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return make_tiny_llama(V, layers=4, hidden=H)
+
+
+def peagle(llama, layers: int = 2, depths: int = 3, vd: int = V) -> PEagleDraft:
+    cfg = PEagleConfig(feature_layers=[1, 2, 3], num_layers=layers, num_depths=depths, mask_token_id=5,
+                       mask_embedding="learned")  # fmt: skip
+    draft = PEagleDraft(cfg, llama.config, vd)
+    _randomize(draft, 1)
+    draft.attach_target(llama.get_input_embeddings(), llama.get_output_embeddings())
+    return draft.eval()
+
+
+# ---- COD sampling (oracle 8) ------------------------------------------------------------------------------
+
+
+def _trained(S: int, seed: int) -> torch.Tensor:
+    m = torch.rand(S, generator=torch.Generator().manual_seed(seed)) < 0.7
+    m[-1] = False  # the last column has no real next position
+    return m
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cod_items_extend_chains_and_follow_the_schedule(seed):
+    S, D, r, r_min = 40, 6, 0.8, 0.3
+    trained = _trained(S, seed)
+    anchors, depths = cod_sample(trained, D, r, r_min, torch.Generator().manual_seed(seed))
+    items = list(zip(anchors.tolist(), depths.tolist(), strict=True))
+    assert items[:S] == [(t, 0) for t in range(S)]  # depth 0: every column, in order
+    assert depths.tolist() == sorted(depths.tolist())  # depth-major: a parent comes before its children
+    M = int(trained.sum())
+    prev = {t for t in range(S) if trained[t]}
+    for d in range(1, D):
+        picked = [a + d for a, k in items if k == d]
+        cand = {t for t in prev if t >= d}
+        expected = min(math.floor((M - d) * max(r**d, r_min)), len(cand))
+        assert len(picked) == max(expected, 0), d
+        assert set(picked) <= cand and picked == sorted(picked)
+        for a, k in items:
+            if k == d:
+                assert (a, d - 1) in items and trained[a + d]  # the rollout's parent exists; a+d is trained
+        prev = {t + 1 for t in picked if t + 1 < S and trained[t + 1]}
+    again = cod_sample(trained, D, r, r_min, torch.Generator().manual_seed(seed))
+    assert torch.equal(again[0], anchors) and torch.equal(again[1], depths)  # reproducible from the seed
+
+
+def test_cod_with_ratio_one_keeps_every_chain():
+    trained = torch.ones(10, dtype=torch.bool)
+    trained[-1] = False
+    anchors, depths = cod_sample(trained, 4, 1.0, 0.0, torch.Generator().manual_seed(0))
+    want = {(a, d) for d in range(4) for a in range(10) if d == 0 or a + d <= 8}
+    assert set(zip(anchors.tolist(), depths.tolist(), strict=True)) == want
+
+
+# ---- the item mask against the rule ---------------------------------------------------------------------
+
+
+def test_item_mask_equals_the_rule_pair_by_pair():
+    anchors, depths = cod_sample(_trained(12, 3), 4, 0.7, 0.2, torch.Generator().manual_seed(1))
+    n = anchors.numel()
+    pad = 3
+    A = torch.cat([anchors, torch.zeros(pad, dtype=torch.long)])[None]
+    Dp = torch.cat([depths, torch.zeros(pad, dtype=torch.long)])[None]
+    valid = torch.arange(n + pad)[None] < n
+    mask = item_mask(A, Dp, valid)[0, 0]
+    for q in range(n + pad):
+        for k in range(n + pad):
+            if q >= n or k >= n:
+                want = q == k  # padding sees only itself; nothing sees padding
+            else:
+                aq, dq, ak, dk = anchors[q], depths[q], anchors[k], depths[k]
+                want = bool((dk == 0 and ak <= aq) or (ak == aq and dk <= dq))
+            assert bool(mask[q, k]) == want, (q, k)
+
+
+# ---- train / infer parity -------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def test_training_items_equal_one_pass_inference(llama):
+    """Items (a, 0..D-1) of the parallel training forward == the evaluator's one pass after the root x_{a+1},
+    fed incrementally as in decoding (the cache keeps only real pairs between passes)."""
+    draft, T, D = peagle(llama), 12, 3
+    g, ids = torch.randn(1, T, 3 * H), torch.randint(0, V, (1, T))
+    trained = torch.ones(T, dtype=torch.bool)
+    trained[-1] = False
+    anchors, depths = cod_sample(trained, D, 1.0, 0.0, torch.Generator())
+    logits = draft.logits(draft(g, ids, anchors[None], depths[None], torch.ones(1, anchors.numel(), dtype=torch.bool)))[0]
+    drafter = PEagleDrafter(draft)
+    drafter.start()
+    seen = 0
+    for a in (1, 2, 5, 9):  # the root after column a is x_{a+1}; features of columns 0..a
+        drafter.observe({i: g[0, seen : a + 1, (i - 1) * H : i * H] for i in (1, 2, 3)})
+        seen = a + 1
+        depth = min(D, T - 1 - a)
+        ours = drafter.chain_logits(ids[0, : a + 2].tolist(), depth)
+        assert drafter.cache.get_seq_length() == a + 1  # real pairs only
+        for d in range(depth):
+            row = int(((anchors == a) & (depths == d)).nonzero())
+            torch.testing.assert_close(ours[d], logits[row], atol=1e-5, rtol=1e-5)
+
+
+def test_the_drafter_refuses_trees_and_depths_beyond_training(llama):
+    drafter = PEagleDrafter(peagle(llama))
+    with pytest.raises(ValueError, match="one chain per pass.*use --tree chain"):
+        drafter.propose([1, 2], parse_tree("topk:2", 2), None, None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at most 3 tokens"):
+        drafter.propose([1, 2], parse_tree("chain", 4), None, None)  # type: ignore[arg-type]
+
+
+def test_a_real_token_equal_to_the_mask_id_is_embedded_as_itself(llama):
+    draft = peagle(llama)
+    ids = torch.tensor([[5, 5, 7]])
+    emb = draft.embed(ids, torch.tensor([[False, True, False]]), torch.float32)
+    table = llama.get_input_embeddings().weight
+    assert torch.equal(emb[0, 0], table[5]) and torch.equal(emb[0, 1], draft.mask_embedding.detach())
+    assert not torch.equal(table[5], draft.mask_embedding.detach())
+
+
+# ---- the loss: alignment and EAGLE-3's semantics --------------------------------------------------------
+
+
+def test_item_labels_are_eagle3s_step_d_at_column_a():
+    """Hand-checked: T = 6, trained tokens x_1..x_3, all real. Item (a, d) predicts x_{a+d+2}: its label is the
+    target's distribution at column a+d+1, and it trains iff x_{a+d} is trained and a+d+1 is real, which is
+    EAGLE-3's TTT step d at column a (train/eagle.py `step_masks`)."""
+    batch = {"input_ids": torch.zeros(1, 6, dtype=torch.long), "loss_mask": torch.tensor([[0, 1, 1, 1, 0, 0]]),
+             "attention_mask": torch.ones(1, 6, dtype=torch.long),
+             "items_anchor": torch.tensor([[0, 1, 2, 1, 2, 4, 1]]), "items_depth": torch.tensor([[0, 0, 0, 1, 1, 0, 2]]),
+             "items_valid": torch.tensor([[True, True, True, True, True, True, False]])}  # fmt: skip
+    weights, columns = item_targets(batch)
+    assert columns.tolist() == [[1, 2, 3, 3, 4, 5, 4]]
+    # (0,0): x_0 untrained; (1,0), (2,0): x_1, x_2; (1,1): x_2; (2,1): x_3; (4,0): x_4 untrained; padding never.
+    assert weights.tolist() == [[False, True, True, True, True, False, False]]
+    masks = step_masks(batch, 3)
+    for j, (a, d) in enumerate(zip(batch["items_anchor"][0].tolist(), batch["items_depth"][0].tolist(), strict=True)):
+        if batch["items_valid"][0, j]:
+            assert bool(weights[0, j]) == bool(masks[d][0, a])
+
+
+def test_depth_loss_equals_eagle3_step_loss_per_depth():
+    g = torch.Generator().manual_seed(0)
+    B, c, Vd, D = 2, 7, 20, 3
+    t2d = torch.zeros(V, dtype=torch.bool)
+    t2d[torch.randperm(V, generator=g)[:Vd]] = True
+    draft_logits, target_logits = torch.randn(B, c, Vd, generator=g), 3 * torch.randn(B, c, V, generator=g)
+    weights = torch.rand(B, c, generator=g) < 0.8
+    depths = torch.randint(0, D, (B, c), generator=g)
+    sums, counts, metrics = depth_loss(draft_logits, target_logits, weights, depths, t2d, D)
+    for d in range(D):
+        loss, count, hit = eagle3_step_loss(draft_logits, target_logits, weights & (depths == d), t2d)
+        torch.testing.assert_close(sums[d], loss)
+        assert counts[d] == count and metrics["top1"][d] == hit
+    perfect = depth_loss(target_logits[..., t2d], target_logits, weights, depths, t2d, D)[2]["top1"]
+    kept = t2d[target_logits.argmax(-1)] & weights
+    assert perfect.tolist() == [float((kept & (depths == d)).sum()) for d in range(D)]
+
+
+def test_method_terms_count_each_depths_items(tiny_random_target):
+    target = tiny_random_target
+    cfg = PEagleConfig(feature_layers=[1, 2, 3], num_layers=2, num_depths=3, mask_token_id=0, mask_embedding="frozen")
+    draft = PEagleDraft(cfg, target.model.config, target.vocab_size)
+    draft.attach_target(target.embed_tokens, target.head)
+    method = PEagleMethod(target, draft, seed=0, loss_chunk=16)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, target.vocab_size, (2, 20), generator=g)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": torch.ones_like(ids)}
+    batch["attention_mask"][1, 15:] = 0
+    batch["loss_mask"][1, 15:] = 0
+    prepared = method.prepare_batch(draft, batch, step=3, micro_batch=0, rank=0)
+    # A row draws the same items alone as beside another row (the rank / micro-batch split does not matter).
+    alone = batch_items({k: v[1:] for k, v in batch.items()}, cfg, 0, 3)
+    n = int(alone["items_valid"].sum())
+    assert torch.equal(prepared["items_anchor"][1, :n], alone["items_anchor"][0, :n])
+    counts = method.token_counts(prepared)
+    weights, _ = item_targets(prepared)
+    assert counts.tolist() == [float((weights & (prepared["items_depth"] == d)).sum()) for d in range(3)]
+    assert counts[0] == 19 + 14 and 0 < counts[2] < counts[1] < counts[0]
+    sums, metrics = method.loss_terms(draft, prepared)
+    assert sums.shape == (3,) and torch.isfinite(sums).all() and (metrics["top1"] <= counts).all()
+
+
+# ---- the mask token -------------------------------------------------------------------------------------
+
+
+class _Tokenizer(types.SimpleNamespace):
+    def __len__(self) -> int:
+        return 100
+
+
+def test_mask_token_choice():
+    """Explicit id, else the tokenizer's mask token, else the first unused row, else pad / eos / unk; only an
+    ordinary token (the last resort, or an explicit id below len(tokenizer)) is not dedicated."""
+    plain = {"mask_token_id": None, "pad_token_id": 3, "eos_token_id": 2, "unk_token_id": None}
+    assert pick_mask_token(_Tokenizer(**{**plain, "mask_token_id": 7}), 100) == (7, True)
+    assert pick_mask_token(_Tokenizer(**plain), 128) == (100, True)  # the first unused embedding row
+    assert pick_mask_token(_Tokenizer(**plain), 100) == (3, False)  # no spare row: pad, an ordinary token
+    assert pick_mask_token(_Tokenizer(**{**plain, "pad_token_id": None}), 100) == (2, False)
+    assert pick_mask_token(_Tokenizer(**plain), 128, explicit=110) == (110, True)
+    assert pick_mask_token(_Tokenizer(**plain), 128, explicit=9) == (9, False)
+    with pytest.raises(ValueError, match="not a row"):
+        pick_mask_token(_Tokenizer(**plain), 100, explicit=110)
+    with pytest.raises(ValueError, match="set draft.mask_token_id"):
+        pick_mask_token(_Tokenizer(**{**plain, "pad_token_id": None, "eos_token_id": None}), 100)
+
+
+# ---- end to end ------------------------------------------------------------------------------------------
+
+
+def test_draftsmith_train_peagle_runs_and_decodes_losslessly(tiny_toy_target, tmp_path):
+    """Three steps through `draftsmith train peagle` on the tiny toy target: every depth's term and tau_estimate
+    are logged, final/ loads as a peagle drafter, and its chain decodes exactly as greedy decoding."""
+    import subprocess
+
+    from _run import REPO, env
+
+    from draftsmith.eval.acceptance import EvalArgs, evaluate
+    from draftsmith.models.checkpoint import read_drafter_config
+    from draftsmith.train.core.metrics import read_metrics
+
+    out = tmp_path / "run"
+    cmd = ["draftsmith", "train", "peagle", "--config", str(REPO / "recipes" / "peagle" / "tiny.yaml"),
+           f"target.path={tiny_toy_target}", f"output_dir={out}", "train.max_steps=3", "checkpoint.every=0",
+           "data.max_samples=24", "data.eval_max_samples=4", "data.max_len=96"]  # fmt: skip
+    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [r for r in read_metrics(out / "metrics.jsonl") if "train/loss" in r]
+    assert len(records) == 3 and all(math.isfinite(r["train/loss"]) for r in records)
+    assert all(f"train/depth{d}/loss" in records[0] for d in (1, 2, 3))
+    assert all(r["train/tokens"] > 0 and r["train/tau_estimate"] >= 1.0 for r in records)
+    config = read_drafter_config(out / "final")
+    assert config["kind"] == "peagle" and config["drafter"]["mask_token_id"] is not None
+    assert config["drafter"]["mask_embedding"] in ("learned", "frozen")
+    report = evaluate(
+        EvalArgs(target=str(tiny_toy_target), drafter=str(out / "final"), data="stdlib:heldout", num_prompts=1,
+                 max_new_tokens=12, depth=3, tree="chain", check_lossless=True, progress=False)
+    )  # fmt: skip
+    assert report["lossless"] is True
