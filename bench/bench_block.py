@@ -1,0 +1,152 @@
+"""Block-parallel drafters and acceptance losses side by side (docs/BENCHMARKS.md, "DFlash, P-EAGLE and the
+acceptance losses").
+
+    python -m bench.bench_block train --target DIR --out DIR [--train-data X --eval-data Y] [--only a,b]
+    python -m bench.bench_block eval  --target DIR --out DIR [--eval-data Y] [--only a,b]
+    python -m bench.bench_block table --out DIR
+
+Every drafter is trained by its toy recipe on the same conversations for one epoch (equal training tokens:
+the recipes share `data.max_samples`, `data.max_len` and the micro-batch), then measured by the same
+evaluator on the same held-out prompts at T=0 and T=1, as a chain of depth 5 and as its tree (the EAGLE-2
+dynamic tree `dynamic:4:16` for EAGLE-1 / EAGLE-3, `topk:3` for the others; P-EAGLE drafts chains only).
+DFlash is also measured at depth 7, the whole block its one pass drafts. Reported per cell: tau, its standard
+error, alpha, acceptance by depth and decoding tokens/s; per drafter: the mean training step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from draftsmith.recipes import __file__ as recipes_init
+
+RECIPES = Path(recipes_init).parent
+# name -> (training method, recipe, overrides); ngram trains nothing.
+LINEUP: dict[str, tuple[str, str, list[str]]] = {
+    "dflash": ("dflash", "dflash/toy.yaml", []),
+    "dflash-kl": ("dflash", "dflash/toy.yaml", ["objective.loss=kl"]),
+    "peagle": ("peagle", "peagle/toy.yaml", []),
+    "eagle3": ("eagle", "eagle/eagle3_toy.yaml", []),
+    "eagle3-lk_alpha": ("eagle", "eagle/eagle3_toy.yaml", ["objective.loss=lk_alpha"]),
+    "eagle3-lk_lambda": ("eagle", "eagle/eagle3_toy.yaml", ["objective.loss=lk_lambda"]),
+    "eagle1": ("eagle", "eagle/eagle1_toy.yaml", []),
+    "medusa": ("medusa", "medusa/toy.yaml", []),
+    "mtp": ("mtp", "mtp/toy.yaml", ["train.allow_unserved=true"]),
+}
+TREES = {"eagle3": "dynamic:4:16", "eagle1": "dynamic:4:16", "peagle": None}  # default topk:3
+EXTRA_DEPTH = {"dflash": 7, "dflash-kl": 7}
+
+
+def _names(only: str | None) -> list[str]:
+    names = ["ngram", *LINEUP]
+    return [n for n in names if only is None or n in only.split(",")]
+
+
+def train(args: argparse.Namespace) -> None:
+    for name in _names(args.only):
+        if name == "ngram" or (args.out / name / "final" / "config.json").is_file():
+            continue
+        method, recipe, overrides = LINEUP[name]
+        data = [f"data.train=[{args.train_data}]", f"data.eval=[{args.eval_data}]"] if args.train_data else []
+        argv = ["--config", str(RECIPES / recipe), f"target.path={args.target}", f"output_dir={args.out / name}",
+                *overrides, *data]  # fmt: skip
+        code = importlib.import_module(f"draftsmith.train.{method}").main(argv)
+        if code:
+            raise SystemExit(f"training {name} exited {code}")
+
+
+def _tree(name: str) -> str | None:
+    return TREES.get(name.split("-")[0] if name.startswith("eagle3") else name, "topk:3")
+
+
+def evaluate_all(args: argparse.Namespace) -> None:
+    from draftsmith.eval.acceptance import EvalArgs, evaluate
+
+    results = args.out / "results.jsonl"
+    done = {(r["name"], r["tree"], r["depth"], r["temperature"]) for r in _read(results)}
+    for name in _names(args.only):
+        spec = "ngram" if name == "ngram" else str(args.out / name / "final")
+        cells = [("chain", 5), *([(t, 5)] if (t := _tree(name)) else []),
+                 *([("chain", EXTRA_DEPTH[name])] if name in EXTRA_DEPTH else [])]  # fmt: skip
+        for tree, depth in cells:
+            for temperature in (0.0, 1.0):
+                if (name, tree, depth, temperature) in done:
+                    continue
+                r = evaluate(EvalArgs(target=args.target, drafter=spec, data=args.eval_data,
+                                      num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
+                                      depth=depth, tree=tree, temperature=temperature, baseline=False,
+                                      check_lossless=temperature == 0.0, progress=False))  # fmt: skip
+                row = {"name": name, "tree": tree, "depth": depth, "temperature": temperature,
+                       **{k: r[k] for k in ("tau", "tau_stderr", "alpha", "acceptance_by_depth", "tokens_per_s",
+                                             "lossless", "target_forwards", "new_tokens")}}  # fmt: skip
+                with results.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(json.dumps(row))
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def step_time(run: Path) -> float | None:
+    """Mean `perf/step_s` over the run's logged training records (None when absent)."""
+    times = [r["perf/step_s"] for r in _read(run / "metrics.jsonl") if "perf/step_s" in r]
+    return statistics.mean(times) if times else None
+
+
+def table(args: argparse.Namespace) -> str:
+    rows = _read(args.out / "results.jsonl")
+    by = {(r["name"], r["tree"] == "chain", r["depth"], r["temperature"]): r for r in rows}
+    lines = ["| drafter | T=0 chain | T=0 tree | T=1 chain | T=1 tree | alpha T=0 chain | tok/s T=0 chain "
+             "| training step |", "|---|---|---|---|---|---|---|---|"]
+    names = list(dict.fromkeys(r["name"] for r in rows))
+    for name in names:
+        for depth in sorted({r["depth"] for r in rows if r["name"] == name}):
+            cells = []
+            for temperature in (0.0, 1.0):
+                for chain in (True, False):
+                    r = by.get((name, chain, depth, temperature))
+                    cells.append("-" if r is None else f"{r['tau']:.3f} ± {r['tau_stderr']:.3f}"
+                                 + ("" if r["lossless"] in (True, None) else " NOT LOSSLESS"))  # fmt: skip
+            c0 = by.get((name, True, depth, 0.0))
+            st = step_time(args.out / name) if name != "ngram" else None
+            label = f"{name} (depth {depth})" if depth != 5 else name
+            decode = f"{c0['alpha']:.3f} | {c0['tokens_per_s']:.1f}" if c0 else "- | -"
+            step = f"{st:.2f} s" if st else "-"
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {decode} | {step} |")
+    depth_rows = ["", "Acceptance by depth (T=0 chain, depth 5):", "",
+                  "| drafter | 1 | 2 | 3 | 4 | 5 |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        r = by.get((name, True, 5, 0.0))
+        if r:
+            depth_rows.append(f"| {name} | " + " | ".join(f"{a:.2f}" if a is not None else "-"
+                                                          for a in r["acceptance_by_depth"]) + " |")  # fmt: skip
+    return "\n".join(lines + depth_rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["train", "eval", "table"])
+    parser.add_argument("--target", help="the toy target directory")
+    parser.add_argument("--out", type=Path, required=True, help="runs and results.jsonl go here")
+    parser.add_argument("--train-data", help="training data (default: the recipes' stdlib:train)")
+    parser.add_argument("--eval-data", default="stdlib:heldout", help="held-out prompts (and the runs' eval data)")
+    parser.add_argument("--only", help="comma-separated drafter names (default: all)")
+    parser.add_argument("--num-prompts", type=int, default=20)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.what == "train":
+        train(args)
+    elif args.what == "eval":
+        evaluate_all(args)
+    else:
+        print(table(args))
+
+
+if __name__ == "__main__":
+    main()
