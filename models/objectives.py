@@ -167,8 +167,9 @@ def _kl_and_alpha(
         args = (target[:, cols], draft[:, cols], lse_t, lse_d, with_kl, alpha_grad)
         if grad:
             k, a = torch.utils.checkpoint.checkpoint(_slice_terms, *args, use_reentrant=False)
-        else:
-            k, a = _slice_terms(*args)
+        else:  # nothing of this slice needs a gradient (ce's alpha metric)
+            with torch.no_grad():
+                k, a = _slice_terms(*args)
         kl, alpha = kl + k, alpha + a
     return kl, alpha
 

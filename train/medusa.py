@@ -285,7 +285,7 @@ def build_method(cfg: MedusaRecipe, target: FrozenTarget, data: DataBundle) -> M
         heads.init_from_lm_head(target.lm_head.weight)
     if cfg.medusa2.enabled:
         return Medusa2Method(Medusa2Model(target.model, heads, cfg.medusa2), cfg.medusa2, cfg.objective)
-    return MedusaMethod(target, heads)
+    return MedusaMethod(target, heads, objective=cfg.objective)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
