@@ -101,8 +101,11 @@ def step_time(run: Path) -> float | None:
 def table(args: argparse.Namespace) -> str:
     rows = _read(args.out / "results.jsonl")
     by = {(r["name"], r["tree"] == "chain", r["depth"], r["temperature"]): r for r in rows}
-    lines = ["| drafter | T=0 chain | T=0 tree | T=1 chain | T=1 tree | alpha T=0 chain | tok/s T=0 chain "
-             "| training step |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| drafter | T=0 chain | T=0 tree | T=1 chain | T=1 tree | alpha T=0 chain | tok/s T=0 chain "
+        "| training step |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     names = list(dict.fromkeys(r["name"] for r in rows))
     for name in names:
         for depth in sorted({r["depth"] for r in rows if r["name"] == name}):
@@ -129,12 +132,16 @@ def table(args: argparse.Namespace) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("what", choices=["train", "eval", "table"])
     parser.add_argument("--target", help="the toy target directory")
     parser.add_argument("--out", type=Path, required=True, help="runs and results.jsonl go here")
     parser.add_argument("--train-data", help="training data (default: the recipes' stdlib:train)")
-    parser.add_argument("--eval-data", default="stdlib:heldout", help="held-out prompts (and the runs' eval data)")
+    parser.add_argument(
+        "--eval-data", default="stdlib:heldout", help="held-out prompts (and the runs' eval data)"
+    )
     parser.add_argument("--only", help="comma-separated drafter names (default: all)")
     parser.add_argument("--num-prompts", type=int, default=20)
     parser.add_argument("--max-new-tokens", type=int, default=96)

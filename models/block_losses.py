@@ -7,9 +7,9 @@ slot k = 1..K (K = B-1), so the loop reports and weights each depth like the hea
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .chunking import ChunkResult, recomputing
+from .objectives import dpace_weights, token_objective
 
 
 def sample_anchors(
@@ -64,19 +64,23 @@ def block_slot_loss(
     valid: torch.Tensor,
     target_logits: torch.Tensor,
     kind: str = "ce",
-    weights: torch.Tensor | None = None,
+    *,
+    kappa: float = 3.0,
+    dpace_alpha: float | None = None,
 ) -> ChunkResult:
     """Per-slot loss sums over blocks `[R, c]` of K predicted slots.
 
     Args:
         draft_logits: `[R, c, K, V]`.
-        labels: `[R, c, K]` the data tokens (the `ce` label).
+        labels: `[R, c, K]` the data tokens (the `ce` label, and D-PACE's confidence label).
         valid: `[R, c, K]` bool, the slots that count.
-        target_logits: `[R, c, K, V]` the target's logits for the same tokens (soft labels of `kl`; the greedy
-            token the metrics compare with).
-        kind: `ce` (cross-entropy on the data token, z-lab / SpecForge) or `kl` (against the target's
-            distribution; reported as soft cross-entropy, KL(p || q) plus p's entropy, the same gradient).
-        weights: `[R, c, K]` per-slot weights without gradient (D-PACE); None = 1.
+        target_logits: `[R, c, K, V]` the target's logits for the same tokens (p of every other objective; the
+            greedy token the metrics compare with).
+        kind: an objective of models/objectives.py: ce (the data token; z-lab, SpecForge), kl, tv, lk_alpha,
+            lk_lambda (against the target's distribution; docs/ALGORITHMS-BLOCK.md section 3).
+        kappa: lk_lambda's lam = exp(-kappa alpha).
+        dpace_alpha: weight the slots of each block by D-PACE with this confidence floor (confidence =
+            exp(-CE on the data token), computed without gradient); None = every valid slot weighs 1.
 
     Returns:
         `(sums [K], counts [K], {"top1": [K], "prefix": [K], "alpha": [K]})`: top1 counts slots whose argmax
@@ -84,15 +88,19 @@ def block_slot_loss(
         a chain accepts at T=0, teacher-forced), alpha sums sum_v min(p, q) (acceptance at T=1). Metrics are 0
         while `recomputing()`.
     """
-    lq = draft_logits.float().log_softmax(-1)
-    if kind == "ce":
-        per = -lq.gather(-1, labels[..., None])[..., 0]
-    elif kind == "kl":
-        per = -(target_logits.float().softmax(-1) * lq).sum(-1)
-    else:
-        raise ValueError(f"unknown block loss {kind!r}: use ce or kl")
-    w = valid.float() if weights is None else valid.float() * weights.float()
-    K = per.shape[-1]
+    K, V = draft_logits.shape[-2:]
+    per, alpha = token_objective(kind, draft_logits.reshape(-1, V), target_logits.reshape(-1, V),
+                                 labels.reshape(-1), kappa=kappa)  # fmt: skip
+    per, alpha = per.view(labels.shape), alpha.view(labels.shape)
+    w = valid.float()
+    if dpace_alpha is not None:
+        with torch.no_grad():
+            ce = (
+                per
+                if kind == "ce"
+                else -draft_logits.float().log_softmax(-1).gather(-1, labels[..., None])[..., 0]
+            )
+            w = dpace_weights(ce, valid, dpace_alpha)
     sums = (per * w).reshape(-1, K).sum(0)
     counts = valid.float().reshape(-1, K).sum(0)
     zero = torch.zeros_like(sums)
@@ -101,10 +109,9 @@ def block_slot_loss(
         with torch.no_grad():
             hit = (draft_logits.argmax(-1) == target_logits.argmax(-1)) & valid
             run = torch.cumprod(hit.float(), dim=-1) * valid.float()
-            alpha = torch.minimum(lq.exp(), F.softmax(target_logits.float(), -1)).sum(-1) * valid.float()
             metrics = {
                 "top1": hit.float().reshape(-1, K).sum(0),
                 "prefix": run.reshape(-1, K).sum(0),
-                "alpha": alpha.reshape(-1, K).sum(0),
+                "alpha": (alpha * valid.float()).reshape(-1, K).sum(0),
             }
     return sums, counts, metrics

@@ -44,9 +44,12 @@ class DFlashConfig:
     """DFlash hyper-parameters (the `draft:` section of recipes/dflash/*.yaml)."""
 
     block_size: int = field(
-        default=8, metadata={"help": "B: slots per block; one pass drafts B-1 tokens (peers: 16 for 8B targets)."}
+        default=8,
+        metadata={"help": "B: slots per block; one pass drafts B-1 tokens (peers: 16 for 8B targets)."},
     )
-    num_layers: int = field(default=1, metadata={"help": "N: draft decoder layers (peers: 5 for 8B targets)."})
+    num_layers: int = field(
+        default=1, metadata={"help": "N: draft decoder layers (peers: 5 for 8B targets)."}
+    )
     feature_layers: list[int] | None = field(
         default=None,
         metadata={
@@ -69,7 +72,9 @@ class DFlashConfig:
     )
     decay_gamma: float = field(
         default=7.0,
-        metadata={"help": "Slot k's loss weight exp(-(k-1)/gamma) (z-lab: 7 for B=16, 4 for B=8); 0 = uniform."},
+        metadata={
+            "help": "Slot k's loss weight exp(-(k-1)/gamma) (z-lab: 7 for B=16, 4 for B=8); 0 = uniform."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -94,7 +99,9 @@ def default_feature_layers(num_layers: int, count: int) -> list[int]:
         outputs = [num_layers // 2]
     else:
         if num_layers < 4:
-            raise ValueError(f"a {num_layers}-layer target is too shallow for the default taps; set draft.feature_layers")
+            raise ValueError(
+                f"a {num_layers}-layer target is too shallow for the default taps; set draft.feature_layers"
+            )
         outputs = [int(round(1 + i * (num_layers - 4) / (count - 1))) for i in range(count)]
         if len(set(outputs)) < count:
             raise ValueError(
@@ -111,7 +118,9 @@ def pick_mask_token(tokenizer: Any, embedding_rows: int, explicit: int | None = 
     candidates = [explicit, getattr(tokenizer, "mask_token_id", None)]
     if len(tokenizer) < embedding_rows:
         candidates.append(len(tokenizer))
-    candidates += [getattr(tokenizer, name, None) for name in ("pad_token_id", "eos_token_id", "unk_token_id")]
+    candidates += [
+        getattr(tokenizer, name, None) for name in ("pad_token_id", "eos_token_id", "unk_token_id")
+    ]
     for token in candidates:
         if isinstance(token, int) and 0 <= token < embedding_rows:
             return token
@@ -207,9 +216,11 @@ class DFlashDraft(DrafterOnTarget):
         self.layer_config.layer_types = ["full_attention"] * config.num_layers
         H = int(self.layer_config.hidden_size)
         self.hidden_size, self.vocab_size, self.draft_vocab_size = H, vocab_size, vocab_size
-        L = int(getattr(target_config, "num_hidden_layers"))
+        L = int(target_config.num_hidden_layers)
         count = config.num_feature_layers or config.num_layers
-        self.feature_layers = tuple(int(i) for i in (config.feature_layers or default_feature_layers(L, count)))
+        self.feature_layers = tuple(
+            int(i) for i in (config.feature_layers or default_feature_layers(L, count))
+        )
         self.fc = nn.Linear(len(self.feature_layers) * H, H, bias=False)
         self.hidden_norm = Qwen3RMSNorm(H, eps=self.layer_config.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashLayer(self.layer_config, i) for i in range(config.num_layers))
@@ -256,11 +267,15 @@ class DFlashDraft(DrafterOnTarget):
         """Logits over the target's vocabulary `[.., V]` through the frozen target head."""
         return self._parts().lm_head(self.norm(hidden))
 
-    def blocks(self, input_ids: torch.Tensor, anchors: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def blocks(
+        self, input_ids: torch.Tensor, anchors: torch.Tensor, keep: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
         """`(block ids [R, N*B], positions [R, N*B])` of the blocks anchored at `anchors [R, N]`: slot 0 holds
         the anchor token (the mask token in a padding block), slots 1..B-1 the mask token; position a + k."""
         B = self.block_size
-        ids = torch.full((*anchors.shape, B), self.config.mask_token_id, device=anchors.device, dtype=torch.long)
+        ids = torch.full(
+            (*anchors.shape, B), self.config.mask_token_id, device=anchors.device, dtype=torch.long
+        )
         ids[..., 0] = torch.where(keep, input_ids.gather(1, anchors), ids[..., 0])
         positions = anchors[..., None] + torch.arange(B, device=anchors.device)
         return ids.flatten(1), positions.flatten(1)

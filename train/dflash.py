@@ -3,12 +3,14 @@
     accelerate launch train/dflash.py --config recipes/dflash/toy.yaml target.path=DIR output_dir=OUT
     draftsmith train dflash --config recipes/dflash/toy.yaml target.path=DIR output_dir=OUT [--resume]
 
-Every step samples `draft.num_anchors` blocks per sequence (anchors whose next token is trained), drafts all of
-them in one forward with the block mask, and trains slots 1..B-1 (`depth1..depth{B-1}`): cross-entropy on the
-data's tokens by default, or against the target's distribution (`objective.loss`), slot k weighted
-exp(-(k-1)/gamma). Logged per depth on training and held-out data: loss, `top1` (agreement with the target's
-greedy token), `prefix` (the block is right up to this slot), `alpha` (sum_v min(p, q), acceptance at T=1),
-and `tau_estimate` = 1 + sum_k prefix_k, the teacher-forced chain acceptance (the evaluator measures the real one).
+Every step samples `draft.num_anchors` blocks per sequence (anchors whose next token is trained), drafts all
+of them in one forward with the block mask, and trains slots 1..B-1 (`depth1..depth{B-1}`): cross-entropy on
+the data's tokens by default, or an objective of models/objectives.py against the target's distribution
+(`objective.loss`: kl, tv, lk_alpha, lk_lambda); slot k weighs exp(-(k-1)/draft.decay_gamma), or D-PACE
+(`objective.weighting=dpace`). Logged per depth on training and held-out data: loss, `top1` (agreement with
+the target's greedy token), `prefix` (the block is right up to this slot), `alpha` (sum_v min(p, q), the
+acceptance at T=1), and `tau_estimate` = 1 + sum_k prefix_k, the teacher-forced chain acceptance (the
+evaluator measures the real one).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from draftsmith.models.block_losses import block_slot_loss, block_targets, sampl
 from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_positions, chunked_loss
 from draftsmith.models.dflash import DFlashConfig, DFlashDraft, default_feature_layers, pick_mask_token
 from draftsmith.models.errors import run_main
+from draftsmith.models.objectives import ObjectiveConfig
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
 from draftsmith.train.core.data import DataBundle, DataConfig
 from draftsmith.train.core.entry import train_main
@@ -36,20 +39,6 @@ from draftsmith.train.core.recipe import Recipe
 from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 
 EVAL_ANCHOR_SEED = 0  # held-out batches always draw the same blocks, so evaluations compare across a run
-
-
-@dataclass
-class DFlashObjective:
-    """What the slots learn (the `objective:` section)."""
-
-    loss: str = field(
-        default="ce",
-        metadata={"help": "ce: the data's tokens (z-lab, SpecForge); kl: the target's distribution at that slot."},
-    )
-
-    def __post_init__(self) -> None:
-        if self.loss not in ("ce", "kl"):
-            raise ValueError(f"objective.loss={self.loss!r} is not a DFlash loss: use ce or kl")
 
 
 @dataclass
@@ -63,7 +52,7 @@ class DFlashRecipe:
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
     draft: DFlashConfig = field(default_factory=DFlashConfig)
-    objective: DFlashObjective = field(default_factory=DFlashObjective)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -87,17 +76,24 @@ class DFlashMethod(TrainingMethod):
     """
 
     def __init__(
-        self, target: FrozenTarget, draft: DFlashDraft, loss: str, seed: int, loss_chunk: int = LOSS_CHUNK_TOKENS
+        self,
+        target: FrozenTarget,
+        draft: DFlashDraft,
+        objective: ObjectiveConfig,
+        seed: int,
+        loss_chunk: int = LOSS_CHUNK_TOKENS,
     ):
         self.target = target
         self.model: nn.Module = draft
-        self.loss = loss
+        self.objective = objective
         self.seed = seed
         self.loss_chunk = loss_chunk
         self.block = draft.block_size
         self.num_anchors = draft.config.num_anchors
         self.term_names = [f"depth{k}" for k in range(1, self.block)]
-        self.term_weights = slot_weights(self.block, draft.config.decay_gamma)
+        # fixed: DFlash's own exp(-(k-1)/draft.decay_gamma); exp_decay: objective.decay_gamma; dpace: 1 per slot,
+        # the D-PACE weights apply per block inside the loss.
+        self.term_weights = objective.term_weights(slot_weights(self.block, draft.config.decay_gamma))
         self.feature_layers = tuple(draft.feature_layers)
 
     def prepare_batch(
@@ -108,7 +104,9 @@ class DFlashMethod(TrainingMethod):
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step * 1_009 + micro_batch * 17 + rank)
         return self._with_anchors(batch, gen)
 
-    def _with_anchors(self, batch: dict[str, torch.Tensor], gen: torch.Generator | None) -> dict[str, torch.Tensor]:
+    def _with_anchors(
+        self, batch: dict[str, torch.Tensor], gen: torch.Generator | None
+    ) -> dict[str, torch.Tensor]:
         if "anchors" in batch:
             return batch
         if gen is None:
@@ -117,7 +115,9 @@ class DFlashMethod(TrainingMethod):
         return {**batch, "anchors": anchors, "anchor_keep": keep}
 
     def _targets(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return block_targets(batch["input_ids"], batch["loss_mask"], batch["anchors"], batch["anchor_keep"], self.block)
+        return block_targets(
+            batch["input_ids"], batch["loss_mask"], batch["anchors"], batch["anchor_keep"], self.block
+        )
 
     def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         batch = self._with_anchors(batch, None)
@@ -135,7 +135,7 @@ class DFlashMethod(TrainingMethod):
         slots = hidden.view(R, N, self.block, -1)[:, :, 1:]  # slot 0 (the anchor) is never trained
         labels, valid, columns = self._targets(batch)
         draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
-        fn = _slot_chunk(draft, self.target.head, feats["final"], self.loss)
+        fn = _slot_chunk(draft, self.target.head, feats["final"], self.objective)
         chunk = max(1, chunk_positions(R * (self.block - 1), self.loss_chunk))  # blocks per chunk
         sums, _, metrics = chunked_loss(fn, (slots, labels, valid, columns), chunk)
         return sums, metrics
@@ -154,7 +154,11 @@ class DFlashMethod(TrainingMethod):
             cells = []
             for key in ("top1", "prefix", "alpha", "loss"):
                 m = f"eval/{name}/{key}"
-                cells.append(f"{start[m]:.3f} -> {end[m]:.3f}" if m in start and m in end else f"{end.get(m, math.nan):.3f}")
+                cells.append(
+                    f"{start[m]:.3f} -> {end[m]:.3f}"
+                    if m in start and m in end
+                    else f"{end.get(m, math.nan):.3f}"
+                )
             rows.append(f"| {k} | " + " | ".join(cells) + " |")
         if "eval/tau_estimate" in end:
             rows.append(f"\ntau estimate (teacher-forced accepted prefix): {end['eval/tau_estimate']:.3f}")
@@ -162,16 +166,29 @@ class DFlashMethod(TrainingMethod):
 
 
 def _slot_chunk(
-    draft: DFlashDraft, head: Callable[[torch.Tensor], torch.Tensor], final: torch.Tensor, loss: str
+    draft: DFlashDraft,
+    head: Callable[[torch.Tensor], torch.Tensor],
+    final: torch.Tensor,
+    objective: ObjectiveConfig,
 ) -> Callable[..., ChunkResult]:
     """The loss of a chunk of blocks: `(slots [R, c, K, H], labels, valid, columns [R, c, K])` -> per-slot sums,
     with the target's logits at `columns` (the distribution over each slot's token) computed here."""
     rows = torch.arange(final.shape[0], device=final.device)[:, None, None]
 
-    def fn(slots: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, columns: torch.Tensor) -> ChunkResult:
+    def fn(
+        slots: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, columns: torch.Tensor
+    ) -> ChunkResult:
         with torch.no_grad():
             target_logits = head(final[rows, columns.clamp(min=0)])
-        return block_slot_loss(draft.logits(slots), labels, valid, target_logits, loss)
+        return block_slot_loss(
+            draft.logits(slots),
+            labels,
+            valid,
+            target_logits,
+            objective.loss or "ce",
+            kappa=objective.lk_kappa,
+            dpace_alpha=objective.dpace_alpha if objective.weighting == "dpace" else None,
+        )
 
     return fn
 
@@ -185,7 +202,9 @@ def cache_layers(cfg: DFlashRecipe, target: FrozenTarget) -> list[LayerId]:
 
 
 def build_draft(cfg: DFlashRecipe, target: FrozenTarget) -> DFlashDraft:
-    mask = pick_mask_token(target.tokenizer, int(target.embed_tokens.weight.shape[0]), cfg.draft.mask_token_id)
+    mask = pick_mask_token(
+        target.tokenizer, int(target.embed_tokens.weight.shape[0]), cfg.draft.mask_token_id
+    )
     config = dataclasses.replace(cfg.draft, mask_token_id=mask)
     draft = DFlashDraft(config, target.model.config, target.vocab_size)
     draft.attach_target(target.embed_tokens, target.head)
@@ -194,11 +213,13 @@ def build_draft(cfg: DFlashRecipe, target: FrozenTarget) -> DFlashDraft:
 
 def build_method(cfg: DFlashRecipe, target: FrozenTarget, data: DataBundle) -> DFlashMethod:
     target.check_layer_ids(cfg.draft.feature_layers or [])
-    return DFlashMethod(target, build_draft(cfg, target), cfg.objective.loss, cfg.seed)
+    return DFlashMethod(target, build_draft(cfg, target), cfg.objective, cfg.seed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return train_main(Recipe(DFlashRecipe, "draftsmith train dflash", __doc__ or "", build_method, cache_layers), argv)
+    return train_main(
+        Recipe(DFlashRecipe, "draftsmith train dflash", __doc__ or "", build_method, cache_layers), argv
+    )
 
 
 if __name__ == "__main__":

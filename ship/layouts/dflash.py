@@ -32,13 +32,22 @@ def _drafter(source: dict[str, Any]) -> tuple[list[int], int, int, int]:
     """`(canonical taps, block size B, draft layers N, mask token id)` from a checkpoint."""
     cfg = source["config"]
     d = cfg["drafter"]
-    return [int(i) for i in cfg["feature_layers"]], int(d["block_size"]), int(d["num_layers"]), int(d["mask_token_id"])
+    return (
+        [int(i) for i in cfg["feature_layers"]],
+        int(d["block_size"]),
+        int(d["num_layers"]),
+        int(d["mask_token_id"]),
+    )
 
 
 def _spec(target: TargetInfo, taps: int, layers: int) -> LayoutSpec:
     """The tensors both layouts carry: N Qwen3 layers with an input norm and q/k norms, fc, hidden_norm, norm."""
     H = target.hidden_size
-    tensors: dict[str, tuple[int, ...]] = {"fc.weight": (H, taps * H), "hidden_norm.weight": (H,), "norm.weight": (H,)}
+    tensors: dict[str, tuple[int, ...]] = {
+        "fc.weight": (H, taps * H),
+        "hidden_norm.weight": (H,),
+        "norm.weight": (H,),
+    }
     for i in range(layers):
         tensors.update(layer_shapes(target, f"layers.{i}.", H, input_norm=True, layer="qwen3"))
     return LayoutSpec(tensors=tensors)
@@ -47,7 +56,14 @@ def _spec(target: TargetInfo, taps: int, layers: int) -> LayoutSpec:
 def _qwen3_layer_config(target: TargetInfo, layers: int) -> dict[str, Any]:
     """The draft layers' Qwen3 config, with the target's dimensions and rope (legacy keys engines read)."""
     config = draft_layer_config(target.config, target.vocab_size, layer="qwen3").to_dict()
-    for key in ("architectures", "transformers_version", "dtype", "torch_dtype", "auto_map", "rope_parameters"):
+    for key in (
+        "architectures",
+        "transformers_version",
+        "dtype",
+        "torch_dtype",
+        "auto_map",
+        "rope_parameters",
+    ):
         config.pop(key, None)
     rope = rope_settings({"rope_parameters": draft_layer_settings(target.config)["rope_parameters"]})
     return {**config, **rope, "num_hidden_layers": layers, "layer_types": ["full_attention"] * layers,

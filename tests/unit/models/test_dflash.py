@@ -13,7 +13,13 @@ from transformers import DynamicCache
 
 from draftsmith.eval.kv_cache import crop_to
 from draftsmith.models.block_losses import block_slot_loss, block_targets, sample_anchors
-from draftsmith.models.dflash import DFlashConfig, DFlashDraft, block_mask, default_feature_layers, pick_mask_token
+from draftsmith.models.dflash import (
+    DFlashConfig,
+    DFlashDraft,
+    block_mask,
+    default_feature_layers,
+    pick_mask_token,
+)
 
 V, MASK = 50, 7
 
@@ -127,8 +133,9 @@ def reference_slot_loss(draft_logits, labels, valid, target_logits, kind):
     q = draft_logits.double().log_softmax(-1)
     if kind == "ce":
         per = -q.gather(-1, labels[..., None])[..., 0]
-    else:
-        per = -(target_logits.double().softmax(-1) * q).sum(-1)
+    else:  # KL(p || q)
+        p = target_logits.double().softmax(-1)
+        per = (p * (p.log() - q)).sum(-1)
     return (per * valid).sum(dim=(0, 1))
 
 
@@ -139,7 +146,9 @@ def test_slot_loss_equals_a_float64_reference(kind):
     labels = torch.randint(0, 11, (2, 3, 4), generator=g)
     valid = torch.rand(2, 3, 4, generator=g) > 0.3
     sums, counts, _ = block_slot_loss(d, labels, valid, t, kind)
-    torch.testing.assert_close(sums.double(), reference_slot_loss(d, labels, valid, t, kind), atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(
+        sums.double(), reference_slot_loss(d, labels, valid, t, kind), atol=1e-5, rtol=1e-6
+    )
     assert counts.tolist() == valid.sum(dim=(0, 1)).float().tolist()
 
 
@@ -178,3 +187,17 @@ def test_the_mask_token_follows_the_documented_order():
     assert pick_mask_token(plain, 12, explicit=8) == 8
     with pytest.raises(ValueError, match="draft.mask_token_id"):
         pick_mask_token(Tok(mask_token_id=None, pad_token_id=None, eos_token_id=None, unk_token_id=None), 10)
+
+
+def test_dpace_weights_reach_the_slot_loss():
+    """dpace_alpha = 1: slot j of a fully valid block weighs K - j + 1 (the valid slots from j on); tv sums
+    1 - alpha."""
+    g = torch.Generator().manual_seed(6)
+    d, t = torch.randn(2, 3, 4, 9, generator=g), torch.randn(2, 3, 4, 9, generator=g)
+    labels = torch.randint(0, 9, (2, 3, 4), generator=g)
+    valid = torch.ones(2, 3, 4, dtype=torch.bool)
+    plain = reference_slot_loss(d, labels, valid, t, "ce")
+    sums, _, _ = block_slot_loss(d, labels, valid, t, "ce", dpace_alpha=1.0)
+    torch.testing.assert_close(sums.double(), plain * torch.tensor([4.0, 3.0, 2.0, 1.0], dtype=torch.float64))
+    tv, _, m = block_slot_loss(d, labels, valid, t, "tv")
+    torch.testing.assert_close(tv, valid.float().sum(dim=(0, 1)) - m["alpha"])

@@ -54,7 +54,12 @@ def reference_block(export_dir: Path, hidden_states: tuple[torch.Tensor, ...], i
         mask, block = config["mask_token_id"], config["block_size"]
         lm_head = w["lm_head.weight"]
         embedding = w["embed_tokens.weight"]
-    eps, nh, nkv, hd = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps, nh, nkv, hd = (
+        cfg["rms_norm_eps"],
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+        cfg["head_dim"],
+    )
     c = ref.rms(torch.cat(feats, -1)[0, :anchor] @ w["fc.weight"].T, w["hidden_norm.weight"], eps)
     blk = torch.tensor([int(ids[0, anchor])] + [mask] * (block - 1))
     u = embedding[blk]
@@ -63,12 +68,20 @@ def reference_block(export_dir: Path, hidden_states: tuple[torch.Tensor, ...], i
         p = f"layers.{i}."
         x = ref.rms(u, w[p + "input_layernorm.weight"], eps)
         kv = torch.cat([c, x])
-        q = ref.rms((x @ w[p + "self_attn.q_proj.weight"].T).view(block, nh, hd), w[p + "self_attn.q_norm.weight"], eps)
-        k = ref.rms((kv @ w[p + "self_attn.k_proj.weight"].T).view(-1, nkv, hd), w[p + "self_attn.k_norm.weight"], eps)
+        q = ref.rms(
+            (x @ w[p + "self_attn.q_proj.weight"].T).view(block, nh, hd),
+            w[p + "self_attn.q_norm.weight"],
+            eps,
+        )
+        k = ref.rms(
+            (kv @ w[p + "self_attn.k_proj.weight"].T).view(-1, nkv, hd), w[p + "self_attn.k_norm.weight"], eps
+        )
         v = (kv @ w[p + "self_attn.v_proj.weight"].T).view(-1, nkv, hd)
         q, k = ref.rope(q, positions[anchor:], cfg["rope_theta"]), ref.rope(k, positions, cfg["rope_theta"])
         k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
-        o = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1))
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+        )
         u = u + o.transpose(0, 1).reshape(block, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
         u = u + ref.mlp(ref.rms(u, w[p + "post_attention_layernorm.weight"], eps), w, p)
     assert lm_head is not None
@@ -86,7 +99,9 @@ def test_dflash_export_computes_the_trained_slot_logits(checkpoint, target, tmp_
         feats = torch.cat([hs[i] for i in TAPS], -1)
         for anchor in (0, 5, 8):
             ours = draft.logits(draft(feats, ids, torch.tensor([[anchor]]), torch.tensor([[True]])))[0]
-            theirs = reference_block(out, hs, ids, anchor, target.embed_tokens.weight, target.lm_head.weight, engine)
+            theirs = reference_block(
+                out, hs, ids, anchor, target.embed_tokens.weight, target.lm_head.weight, engine
+            )
             torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
     config = json.loads((out / "config.json").read_text())
     if engine == "sglang":
@@ -113,6 +128,8 @@ def test_a_dflash_export_with_a_wrong_mask_token_is_refused(checkpoint, target, 
         return built, spec
 
     monkeypatch.setattr("draftsmith.ship.export.layout_for", lambda kind, to: wrong)
-    with pytest.raises(ExportError, match=r"mask_token_id.*\n.*target_layer_ids|target_layer_ids.*\n.*mask_token_id"):
+    with pytest.raises(
+        ExportError, match=r"mask_token_id.*\n.*target_layer_ids|target_layer_ids.*\n.*mask_token_id"
+    ):
         export(checkpoint, "sglang", tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
