@@ -11,6 +11,7 @@ from draftsmith.data.chat_render import render_prompt
 from draftsmith.data.conversations import prompt_turns, read_conversations
 from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
 from draftsmith.eval.drafters import EagleDrafter, LMDrafter, MedusaDrafter, MTPDrafter, NgramDrafter
+from draftsmith.eval.drafters.peagle import PEagleDrafter
 from draftsmith.eval.report import TurnResult, summarize
 from draftsmith.eval.sampling import Sampling
 from draftsmith.eval.tree import parse_tree
@@ -19,6 +20,7 @@ from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.mtp import MTPConfig, MTPDraft
+from draftsmith.models.peagle import PEagleConfig, PEagleDraft
 from draftsmith.models.target import FrozenTarget, TargetConfig
 
 MAX_NEW = 24
@@ -56,6 +58,12 @@ def make_drafter(kind: str, target: FrozenTarget):
         mtp = MTPDraft(MTPConfig(num_modules=3), target.model.config, target.vocab_size)
         mtp.attach_target(target.embed_tokens, target.head)
         return MTPDrafter(mtp)
+    if kind == "peagle":  # untrained; mask id 0 is also a real token (the pad), embedded as itself
+        torch.manual_seed(0)
+        cfg = PEagleConfig(num_layers=2, num_depths=3, mask_token_id=0, mask_embedding="learned")
+        peagle = PEagleDraft(cfg, target.model.config, target.vocab_size)
+        peagle.attach_target(target.embed_tokens, target.head)
+        return PEagleDrafter(peagle)
     return LMDrafter(target.model, name="self")
 
 
@@ -66,7 +74,7 @@ CASES = (
         (k, "dynamic:3:8")
         for k in ("eagle", "eagle3")  # dynamic trees need the draft's own confidences
     ]
-    + [("mtp", "chain")]
+    + [("mtp", "chain"), ("peagle", "chain")]  # P-EAGLE drafts chains only
 )
 
 
