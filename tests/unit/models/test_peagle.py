@@ -244,12 +244,16 @@ def test_mask_token_choice():
 
 def test_draftsmith_train_peagle_runs_and_decodes_losslessly(tiny_toy_target, tmp_path):
     """Three steps through `draftsmith train peagle` on the tiny toy target: every depth's term and tau_estimate
-    are logged, final/ loads as a peagle drafter, and its chain decodes exactly as greedy decoding."""
+    are logged, final/ loads as a peagle drafter through the evaluator, and its chain decodes exactly as greedy
+    decoding (the T=0 self-check on more prompts is tests/unit/eval/test_decoder.py)."""
     import subprocess
 
     from _run import REPO, env
 
-    from draftsmith.eval.acceptance import EvalArgs, evaluate
+    from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
+    from draftsmith.eval.drafters import load_drafter_spec
+    from draftsmith.eval.sampling import Sampling
+    from draftsmith.models.target import FrozenTarget, TargetConfig
     from draftsmith.models.checkpoint import read_drafter_config
     from draftsmith.train.core.metrics import read_metrics
 
@@ -266,8 +270,9 @@ def test_draftsmith_train_peagle_runs_and_decodes_losslessly(tiny_toy_target, tm
     config = read_drafter_config(out / "final")
     assert config["kind"] == "peagle" and config["drafter"]["mask_token_id"] is not None
     assert config["drafter"]["mask_embedding"] in ("learned", "frozen")
-    report = evaluate(
-        EvalArgs(target=str(tiny_toy_target), drafter=str(out / "final"), data="stdlib:heldout", num_prompts=1,
-                 max_new_tokens=12, depth=3, tree="chain", check_lossless=True, progress=False)
-    )  # fmt: skip
-    assert report["lossless"] is True
+    target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target)))
+    drafter = load_drafter_spec(str(out / "final"), target)  # through the family record, as `draftsmith eval`
+    assert isinstance(drafter, PEagleDrafter)
+    prompt = target.tokenizer("def add(a, b):", add_special_tokens=False)["input_ids"]
+    spec = SpeculativeDecoder(target, drafter, parse_tree("chain", 3), Sampling()).generate(prompt, 12)
+    assert spec.tokens == plain_decode(target, prompt, 12, Sampling()).tokens
