@@ -23,6 +23,15 @@ from draftsmith.models.objectives import (
 N, V, CHUNK = 6, 23, 7  # 23 columns in slices of 7: four slices, the last one short
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors gain nothing from a second thread, and on a shared 2-core machine it costs several times over."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def logits(seed: int, scale: float = 2.0, n: int = N, v: int = V) -> torch.Tensor:
     return scale * torch.randn(n, v, generator=torch.Generator().manual_seed(seed))
 

@@ -34,6 +34,15 @@ T, V = 11, 13
 FAMILIES = ("medusa", "eagle1", "eagle3", "mtp")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors gain nothing from a second thread, and on a shared 2-core machine it costs several times over."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def target() -> FrozenTarget:
     return FrozenTarget(make_tiny_llama(V, layers=4, hidden=32), SimpleNamespace(pad_token_id=0), "tiny-13")
