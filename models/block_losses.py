@@ -6,36 +6,45 @@ slot k = 1..K (K = B-1), so the loop reports and weights each depth like the hea
 
 from __future__ import annotations
 
+import zlib
+
 import torch
 
 from .chunking import ChunkResult, recomputing
 from .objectives import dpace_weights, token_objective
 
 
+def row_seeds(input_ids: torch.Tensor, base: int) -> list[int]:
+    """One generator seed per row from `base` and the row's tokens: a sample draws the same blocks whichever
+    micro-batch, rank or accumulation step it lands in."""
+    rows = input_ids.detach().to("cpu", torch.int64).numpy()
+    return [(base * 1_000_003 + zlib.crc32(row.tobytes())) % 2**63 for row in rows]
+
+
 def sample_anchors(
-    loss_mask: torch.Tensor, count: int, generator: torch.Generator | None
+    loss_mask: torch.Tensor, count: int, seeds: list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Block anchors: `(anchors [R, N] long ascending, keep [R, N] bool)`.
 
     A candidate anchor a (0 <= a <= S-2) has a trained next token (`loss_mask[a+1]`), so the block that starts
-    an answer (anchored at the last prompt token) is trained too. Each row draws min(count, the largest number
-    of candidates of any row) without replacement; rows with fewer candidates are padded with blocks that have
-    `keep` False (anchor 0, no loss weight).
+    an answer (anchored at the last prompt token) is trained too. Row r draws min(count, its candidates)
+    without replacement with a generator seeded by `seeds[r]`; N is the largest draw of any row, and shorter
+    rows are padded with blocks that have `keep` False (anchor 0, no loss weight).
     """
     R, S = loss_mask.shape
-    cand = torch.zeros_like(loss_mask, dtype=torch.bool)
-    cand[:, :-1] = loss_mask[:, 1:].bool()
-    n = int(min(count, int(cand.sum(1).max()) if S > 1 else 0))
-    if n == 0:
-        empty = torch.zeros(R, 1, dtype=torch.long, device=loss_mask.device)
-        return empty, torch.zeros_like(empty, dtype=torch.bool)
-    keys = torch.rand(R, S, generator=generator, device="cpu").to(loss_mask.device)
-    keys = torch.where(cand, keys, torch.full_like(keys, 2.0))  # non-candidates sort last
-    picked = keys.argsort(dim=1)[:, :n]
-    keep = cand.gather(1, picked)
-    order = torch.where(keep, picked, picked + S).argsort(dim=1)  # kept anchors ascending, padding after
-    anchors, keep = picked.gather(1, order), keep.gather(1, order)
-    return torch.where(keep, anchors, torch.zeros_like(anchors)), keep
+    cand = torch.zeros(R, S, dtype=torch.bool)
+    cand[:, :-1] = loss_mask[:, 1:].bool().cpu()
+    picks = []
+    for r in range(R):
+        keys = torch.rand(S, generator=torch.Generator().manual_seed(seeds[r]))
+        order = torch.where(cand[r], keys, torch.full_like(keys, 2.0)).argsort()
+        picks.append(order[: min(count, int(cand[r].sum()))].sort().values)
+    n = max(1, max(len(p) for p in picks))
+    anchors = torch.zeros(R, n, dtype=torch.long)
+    keep = torch.zeros(R, n, dtype=torch.bool)
+    for r, p in enumerate(picks):
+        anchors[r, : len(p)], keep[r, : len(p)] = p, True
+    return anchors.to(loss_mask.device), keep.to(loss_mask.device)
 
 
 def block_targets(

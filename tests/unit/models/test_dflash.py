@@ -12,7 +12,7 @@ from conftest import make_tiny_llama
 from transformers import DynamicCache
 
 from draftsmith.eval.kv_cache import crop_to
-from draftsmith.models.block_losses import block_slot_loss, block_targets, sample_anchors
+from draftsmith.models.block_losses import block_slot_loss, block_targets, row_seeds, sample_anchors
 from draftsmith.models.dflash import (
     DFlashConfig,
     DFlashDraft,
@@ -113,20 +113,22 @@ def test_labels_are_the_data_tokens_at_anchor_plus_slot():
     assert columns[0, 0].tolist() == [1, 2, 3]  # the target's distribution over x_{a+k} sits at column a+k-1
 
 
-def test_anchors_have_a_trained_next_token_and_rows_share_one_count():
+def test_anchors_have_a_trained_next_token_and_rows_draw_independently():
     mask = torch.zeros(3, 20, dtype=torch.bool)
     mask[0, 5:15] = True  # 10 candidates: a = 4..13
     mask[1, 18:] = True  # 2 candidates: a = 17, 18
-    g = torch.Generator().manual_seed(0)
-    anchors, keep = sample_anchors(mask, 6, g)
+    anchors, keep = sample_anchors(mask, 6, [11, 12, 13])
     assert anchors.shape == (3, 6)
     assert keep.sum(1).tolist() == [6, 2, 0]
     kept0 = anchors[0][keep[0]].tolist()
     assert kept0 == sorted(kept0) and len(set(kept0)) == 6 and all(4 <= a <= 13 for a in kept0)
     assert anchors[1][keep[1]].tolist() == [17, 18]
     assert (anchors[~keep] == 0).all()
-    again = sample_anchors(mask, 6, torch.Generator().manual_seed(0))
-    assert torch.equal(again[0], anchors)  # the same generator seed draws the same blocks (resume)
+    alone, _ = sample_anchors(mask[:1], 6, [11])
+    assert torch.equal(alone[0], anchors[0])  # a row draws the same blocks in any batch (resume, DDP, accum)
+    ids = torch.randint(0, 50, (2, 20), generator=torch.Generator().manual_seed(0))
+    assert row_seeds(ids, 3) == row_seeds(ids.flip(0), 3)[::-1]  # seeded by the row's tokens, not its index
+    assert row_seeds(ids, 3) != row_seeds(ids, 4)
 
 
 def reference_slot_loss(draft_logits, labels, valid, target_logits, kind):
