@@ -48,7 +48,7 @@ def test_not_a_checkpoint(tmp_path):
 
 def test_registry():
     assert drafter_class("medusa") is MedusaHeads
-    with pytest.raises(ValueError, match="known kinds: draft_lm, eagle, eagle3, medusa, mtp, ngram"):
+    with pytest.raises(ValueError, match="known kinds: dflash, draft_lm, eagle, eagle3, medusa, mtp, ngram, peagle"):
         drafter_class("nope")
     with pytest.raises(ValueError, match="registered twice"):
         index((FAMILIES["medusa"], FAMILIES["medusa"]))
