@@ -7,8 +7,10 @@ Every step draws each sequence's items by COD sampling (every column at depth 0,
 share of the trained columns at each deeper depth, only extending chains drawn at the depth before) and trains
 all of them in ONE forward with the P-EAGLE mask. Item (a, d) learns the target's distribution of x_{a+d+2},
 exactly EAGLE-3's TTT step d at column a, with EAGLE-3's loss (soft cross-entropy over the draft vocabulary,
-docs/ALGORITHMS.md 5.2); terms `depth{d+1}` all weigh 1 (the COD counts are the only depth weighting). Logged per
-depth on training and held-out data: loss, teacher-forced top-1 agreement with the target, and `tau_estimate`.
+docs/ALGORITHMS.md 5.2) or `objective.loss` (kl, ce, tv, lk_alpha, lk_lambda; docs/ALGORITHMS-BLOCK.md 3);
+terms `depth{d+1}` weigh 1 (the COD counts are the depth weighting) or exp(-d/gamma) under
+`objective.weighting=exp_decay`. Logged per depth on training and held-out data: loss, teacher-forced top-1
+agreement with the target, alpha (sum_v min(p, q)), and `tau_estimate`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_pos
 from draftsmith.models.eagle3 import build_vocab_map, default_feature_layers
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import soft_cross_entropy
+from draftsmith.models.objectives import ObjectiveConfig, token_objective
 from draftsmith.models.parts import shift_left
 from draftsmith.models.peagle import PEagleConfig, PEagleDraft, cod_sample, pick_mask_token
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
@@ -52,6 +55,7 @@ class PEagleRecipe:
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
     draft: PEagleConfig = field(default_factory=PEagleConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -105,30 +109,45 @@ def item_targets(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Te
 
 def depth_loss(
     draft_logits: torch.Tensor, target_logits: torch.Tensor, weights: torch.Tensor, depths: torch.Tensor,
-    t2d: torch.Tensor, num_depths: int,
+    t2d: torch.Tensor, num_depths: int, objective: ObjectiveConfig | None = None,
 ) -> ChunkResult:  # fmt: skip
-    """EAGLE-3's step loss (models/losses.py `eagle3_step_loss`) of items of mixed depths, summed per depth.
+    """EAGLE-3's step loss (models/losses.py `eagle3_step_loss`) of items of mixed depths, summed per depth, or
+    `objective.loss` of models/objectives.py against the same distribution (`ce`: its argmax).
 
     Args:
         draft_logits: `[B, c, Vd]`; target_logits: `[B, c, V]` aligned with the items; weights: `[B, c]` bool;
-        depths: `[B, c]`; t2d: `[V]` bool.
+        depths: `[B, c]`; t2d: `[V]` bool; objective: None or `loss: null` = EAGLE-3's soft cross-entropy.
 
     Returns:
-        `(loss sums [D], counts [D], {"top1": [D]})`: positions whose target argmax is outside the draft vocabulary
-        are dropped from the loss and stay in the count; top-1 is 0 while `recomputing()`.
+        `(loss sums [D], counts [D], {"top1": [D], "alpha": [D]})`: positions whose target argmax is outside the
+        draft vocabulary are dropped from the loss and stay in the count; top-1 and alpha (sum_v min(p, q) over
+        the draft vocabulary) are 0 while `recomputing()`.
     """
     with torch.no_grad():
         keep = t2d[target_logits.argmax(-1)]
         onehot = F.one_hot(depths, num_depths).float() * weights.float()[..., None]  # [B, c, D]
         p = torch.softmax(target_logits[..., t2d].float(), dim=-1)
-    ce = soft_cross_entropy(p, draft_logits)
+    alpha = None
+    if objective is None or objective.loss is None:
+        ce = soft_cross_entropy(p, draft_logits)
+    else:
+        vd = draft_logits.shape[-1]
+        ce, alpha = token_objective(
+            objective.loss, draft_logits.reshape(-1, vd), target_logits[..., t2d].reshape(-1, vd),
+            p.argmax(-1).reshape(-1), kappa=objective.lk_kappa,
+        )  # fmt: skip
+        ce, alpha = ce.view(keep.shape), alpha.view(keep.shape)
     sums = (ce * keep.float())[..., None].mul(onehot).sum((0, 1))
     top1 = onehot.new_zeros(num_depths)
+    accept = onehot.new_zeros(num_depths)
     if not recomputing():
         with torch.no_grad():
             hit = (draft_logits.argmax(-1) == p.argmax(-1)) & keep
             top1 = (hit.float()[..., None] * onehot).sum((0, 1))
-    return sums, onehot.sum((0, 1)), {"top1": top1}
+            if alpha is None:
+                alpha = torch.minimum(p, draft_logits.float().softmax(-1)).sum(-1)
+            accept = ((alpha * keep.float())[..., None] * onehot).sum((0, 1))
+    return sums, onehot.sum((0, 1)), {"top1": top1, "alpha": accept}
 
 
 class PEagleMethod(TrainingMethod):
@@ -138,13 +157,21 @@ class PEagleMethod(TrainingMethod):
     for any value.
     """
 
-    def __init__(self, target: FrozenTarget, draft: PEagleDraft, seed: int, loss_chunk: int = LOSS_CHUNK_TOKENS):
+    def __init__(
+        self,
+        target: FrozenTarget,
+        draft: PEagleDraft,
+        seed: int,
+        loss_chunk: int = LOSS_CHUNK_TOKENS,
+        objective: ObjectiveConfig | None = None,
+    ):
         self.target, self.seed, self.loss_chunk = target, seed, loss_chunk
+        self.objective = objective or ObjectiveConfig()
         self.model: nn.Module = draft
         self.config = draft.config
         D = draft.config.num_depths
         self.term_names = [f"depth{d + 1}" for d in range(D)]  # depth d drafts the token d+1 steps ahead
-        self.term_weights = torch.ones(D)
+        self.term_weights = self.objective.term_weights(torch.ones(D))  # fixed: 1 (COD counts weight depths)
         self.feature_layers = tuple(draft.feature_layers)
 
     def prepare_batch(
@@ -175,7 +202,8 @@ class PEagleMethod(TrainingMethod):
         final = feats["final"][rows, columns]  # the target's state whose logits are each item's label
         draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
         chunk = chunk_positions(g.shape[0], self.loss_chunk)
-        sums, _, metrics = chunked_loss(_chunk_fn(draft, self.target.head), (hidden, final, weights, depths), chunk)
+        fn = _chunk_fn(draft, self.target.head, self.objective)
+        sums, _, metrics = chunked_loss(fn, (hidden, final, weights, depths), chunk)
         return sums, metrics
 
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
@@ -189,13 +217,17 @@ class PEagleMethod(TrainingMethod):
         return format_step_table(result.eval, self.term_names, result.initial_eval)
 
 
-def _chunk_fn(draft: PEagleDraft, head: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., ChunkResult]:
+def _chunk_fn(
+    draft: PEagleDraft, head: Callable[[torch.Tensor], torch.Tensor], objective: ObjectiveConfig
+) -> Callable[..., ChunkResult]:
     """The loss of a chunk of items: `(outputs [B, c, H], target states [B, c, H], weights, depths [B, c])`."""
 
     def fn(hidden: torch.Tensor, final: torch.Tensor, weights: torch.Tensor, depths: torch.Tensor) -> ChunkResult:
         with torch.no_grad():
             target_logits = head(final)
-        return depth_loss(draft.logits(hidden), target_logits, weights, depths, draft.t2d, draft.config.num_depths)
+        return depth_loss(
+            draft.logits(hidden), target_logits, weights, depths, draft.t2d, draft.config.num_depths, objective
+        )
 
     return fn
 
@@ -227,7 +259,12 @@ def cache_layers(cfg: PEagleRecipe, target: FrozenTarget) -> list[LayerId]:
 
 def build_method(cfg: PEagleRecipe, target: FrozenTarget, data: DataBundle) -> PEagleMethod:
     target.check_layer_ids(cfg.draft.feature_layers or [])
-    return PEagleMethod(target, build_draft(cfg, target, data.train), cfg.seed)
+    if cfg.objective.weighting == "dpace":
+        raise ValueError(
+            "objective.weighting=dpace needs whole chains of drafts, and P-EAGLE's COD sampling keeps a thinning "
+            "share of each depth: use fixed (the COD counts) or exp_decay"
+        )
+    return PEagleMethod(target, build_draft(cfg, target, data.train), cfg.seed, objective=cfg.objective)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -276,3 +276,22 @@ def test_draftsmith_train_peagle_runs_and_decodes_losslessly(tiny_toy_target, tm
     prompt = target.tokenizer("def add(a, b):", add_special_tokens=False)["input_ids"]
     spec = SpeculativeDecoder(target, drafter, parse_tree("chain", 3), Sampling()).generate(prompt, 12)
     assert spec.tokens == plain_decode(target, prompt, 12, Sampling()).tokens
+
+
+def test_depth_loss_takes_the_recipes_objective():
+    """`objective.loss=tv`: each depth's sum is its items' 1 - alpha (alpha over the draft vocabulary, logged
+    beside it); `loss: null` is EAGLE-3's soft cross-entropy, unchanged."""
+    from draftsmith.models.objectives import ObjectiveConfig
+    from draftsmith.train.peagle import depth_loss
+
+    g = torch.Generator().manual_seed(3)
+    draft, target = torch.randn(2, 5, 6, generator=g), torch.randn(2, 5, 6, generator=g)
+    weights = torch.rand(2, 5, generator=g) > 0.2
+    depths = torch.randint(0, 3, (2, 5), generator=g)
+    t2d = torch.ones(6, dtype=torch.bool)
+    tv, counts, m = depth_loss(draft, target, weights, depths, t2d, 3, ObjectiveConfig(loss="tv"))
+    torch.testing.assert_close(tv, counts - m["alpha"])
+    classic, _, _ = depth_loss(draft, target, weights, depths, t2d, 3, None)
+    soft = -(target.softmax(-1) * draft.log_softmax(-1)).sum(-1)
+    expected = torch.stack([(soft * weights * (depths == d)).sum() for d in range(3)])
+    torch.testing.assert_close(classic, expected)
