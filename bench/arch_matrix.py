@@ -36,6 +36,7 @@ KINDS: dict[str, tuple[str, str, list[str]]] = {  # kind -> (train method, recip
     "mtp": ("mtp", "mtp/toy.yaml", ["draft.num_modules=1", "train.allow_unserved=false"]),
     "draft_lm": ("distill", "distill/toy.yaml", []),
     "dflash": ("dflash", "dflash/tiny.yaml", ["draft.feature_layers=[1,2,3]", "draft.num_anchors=8"]),
+    "peagle": ("peagle", "peagle/tiny.yaml", ["draft.feature_layers=[1,2,3]"]),
 }
 EXPORT_KIND = {"medusa2": "medusa", "eagle3_qwen3": "eagle3"}  # the checkpoint kind a training kind exports as
 DRAFT_LAYER = {"eagle3_qwen3": "qwen3"}  # speculators' qwen3 draft layer: vLLM serves it, SGLang does not

@@ -9,6 +9,8 @@ refuses the same pairs with the same line. draftsmith's own evaluator runs every
   qwen3 layer (`draft.layer=qwen3`) is served by vLLM only (its speculators loader).
 - DFlash drafters are Qwen3-style layers fed the target's features: vLLM (speculators) and SGLang serve them
   for any target whose features they capture.
+- P-EAGLE heads are EAGLE-3 heads drafting in parallel: vLLM serves them (`parallel_drafting`); SGLang has no
+  parallel EAGLE drafting.
 - A draft LM is an independent model: vLLM and SGLang serve it beside any target it shares a
   tokenizer with.
 - MTP modules are served only as the target family's native MTP layers: DeepSeek-V3 (nextn layers) and
@@ -31,7 +33,7 @@ NATIVE_MTP = {  # target model_type -> the native MTP layout engines load
 
 SUMMARY = (
     "Medusa: vLLM, TGI (any target); EAGLE-1 / EAGLE-3: vLLM, SGLang (any target; EAGLE-3 with the qwen3 draft "
-    "layer: vLLM only); DFlash: vLLM, SGLang (any target); draft LM: vLLM, SGLang; "
+    "layer: vLLM only); DFlash: vLLM, SGLang (any target); P-EAGLE: vLLM (any target); draft LM: vLLM, SGLang; "
     "MTP: vLLM, SGLang, only for DeepSeek-V3 (nextn) and Qwen3-Next / Qwen3.5 (mtp.*) targets"
 )
 
