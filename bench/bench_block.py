@@ -38,7 +38,7 @@ LINEUP: dict[str, tuple[str, str, list[str]]] = {
     "mtp": ("mtp", "mtp/toy.yaml", ["train.allow_unserved=true"]),
 }
 TREES = {"eagle3": "dynamic:4:16", "eagle1": "dynamic:4:16", "peagle": None}  # default topk:3
-EXTRA_DEPTH = {"dflash": 7, "dflash-kl": 7}
+EXTRA_DEPTH = {"dflash": 7}
 
 
 def _names(only: str | None) -> list[str]:
