@@ -78,7 +78,7 @@ def evaluate_all(args: argparse.Namespace) -> None:
                     continue
                 r = evaluate(EvalArgs(target=args.target, drafter=spec, data=args.eval_data,
                                       num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
-                                      depth=depth, tree=tree, temperature=temperature, baseline=False,
+                                      depth=depth, tree=tree, temperature=temperature, baseline=temperature == 0.0,
                                       check_lossless=temperature == 0.0, progress=False))  # fmt: skip
                 row = {"name": name, "tree": tree, "depth": depth, "temperature": temperature,
                        **{k: r[k] for k in ("tau", "tau_stderr", "alpha", "acceptance_by_depth", "tokens_per_s",
