@@ -8,7 +8,8 @@ acceptance losses").
 Every drafter is trained by its toy recipe on the same conversations for one epoch (equal training tokens:
 the recipes share `data.max_samples`, `data.max_len` and the micro-batch), then measured by the same
 evaluator on the same held-out prompts at T=0 and T=1, as a chain of depth 5 and as its tree (the EAGLE-2
-dynamic tree `dynamic:4:16` for EAGLE-1 / EAGLE-3, `topk:3` for the others; P-EAGLE drafts chains only).
+dynamic tree `dynamic:4:16` for EAGLE-1 / EAGLE-3, `topk:3` for the others; P-EAGLE drafts chains only). The
+T=0 chain cell also checks that the output equals plain greedy decoding.
 DFlash is also measured at depth 7, the whole block its one pass drafts. Reported per cell: tau, its standard
 error, alpha, acceptance by depth and decoding tokens/s; per drafter: the mean training step time.
 """
@@ -76,10 +77,12 @@ def evaluate_all(args: argparse.Namespace) -> None:
             for temperature in (0.0, 1.0):
                 if (name, tree, depth, temperature) in done:
                     continue
+                # The T=0 chain cell also decodes plainly: the lossless check (and the plain tokens/s).
+                check = temperature == 0.0 and tree == "chain" and depth == 5
                 r = evaluate(EvalArgs(target=args.target, drafter=spec, data=args.eval_data,
                                       num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
-                                      depth=depth, tree=tree, temperature=temperature, baseline=temperature == 0.0,
-                                      check_lossless=temperature == 0.0, progress=False))  # fmt: skip
+                                      depth=depth, tree=tree, temperature=temperature, baseline=check,
+                                      check_lossless=check, progress=False))  # fmt: skip
                 row = {"name": name, "tree": tree, "depth": depth, "temperature": temperature,
                        **{k: r[k] for k in ("tau", "tau_stderr", "alpha", "acceptance_by_depth", "tokens_per_s",
                                              "lossless", "target_forwards", "new_tokens")}}  # fmt: skip
