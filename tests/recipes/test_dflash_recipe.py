@@ -13,6 +13,7 @@ from draftsmith.train.core.metrics import read_metrics
 RECIPE = "dflash/tiny.yaml"
 
 
+@pytest.mark.slow  # per-sample blocks are unit-tested (test_dflash.py: row_seeds, sample_anchors)
 def test_two_processes_match_one_process_with_accumulation(tiny_toy_target, tmp_path):
     """Blocks are drawn per sample (seeded by the step and its tokens), so the split does not change them."""
     common = ["train.max_steps=6", "checkpoint.every=0", "train.micro_batch_size=2", "eval.every=0"]
