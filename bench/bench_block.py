@@ -4,6 +4,7 @@ acceptance losses").
     python -m bench.bench_block train --target DIR --out DIR [--train-data X --eval-data Y] [--only a,b]
     python -m bench.bench_block eval  --target DIR --out DIR [--eval-data Y] [--only a,b]
     python -m bench.bench_block table --out DIR
+    python -m bench.bench_block speed --target DIR --out DIR    (run alone: tokens/s of the T=0 chain cells)
 
 Every drafter is trained by its toy recipe on the same conversations for one epoch (equal training tokens:
 the recipes share `data.max_samples`, `data.max_len` and the micro-batch), then measured by the same
@@ -91,6 +92,22 @@ def evaluate_all(args: argparse.Namespace) -> None:
                 print(json.dumps(row))
 
 
+def speed(args: argparse.Namespace) -> None:
+    """Decoding tokens/s of each drafter's T=0 depth-5 chain beside plain decoding, one drafter at a time (run it
+    on an otherwise idle machine; the eval cells' tokens/s depend on whatever else ran)."""
+    from draftsmith.eval.acceptance import EvalArgs, evaluate
+
+    for name in _names(args.only):
+        spec = "ngram" if name == "ngram" else str(args.out / name / "final")
+        if spec != "ngram" and not Path(spec).is_dir():
+            continue
+        r = evaluate(EvalArgs(target=args.target, drafter=spec, data=args.eval_data, num_prompts=args.num_prompts,
+                              max_new_tokens=args.max_new_tokens, depth=5, tree="chain", temperature=0.0,
+                              baseline=True, check_lossless=False, progress=False))  # fmt: skip
+        keys = ("tau", "tokens_per_s", "baseline_tokens_per_s", "speedup", "draft_time_s", "verify_time_s")
+        print(json.dumps({"name": name, **{k: r[k] for k in keys}}), flush=True)
+
+
 def _read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
@@ -138,7 +155,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=["train", "eval", "table"])
+    parser.add_argument("what", choices=["train", "eval", "table", "speed"])
     parser.add_argument("--target", help="the toy target directory")
     parser.add_argument("--out", type=Path, required=True, help="runs and results.jsonl go here")
     parser.add_argument("--train-data", help="training data (default: the recipes' stdlib:train)")
@@ -154,6 +171,8 @@ def main() -> None:
         train(args)
     elif args.what == "eval":
         evaluate_all(args)
+    elif args.what == "speed":
+        speed(args)
     else:
         print(table(args))
 
