@@ -216,7 +216,8 @@ class DFlashDraft(DrafterOnTarget):
         self.layer_config.layer_types = ["full_attention"] * config.num_layers
         H = int(self.layer_config.hidden_size)
         self.hidden_size, self.vocab_size, self.draft_vocab_size = H, vocab_size, vocab_size
-        L = int(target_config.num_hidden_layers)
+        text = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
+        L = int(text.num_hidden_layers)
         count = config.num_feature_layers or config.num_layers
         self.feature_layers = tuple(
             int(i) for i in (config.feature_layers or default_feature_layers(L, count))
