@@ -1,6 +1,6 @@
 """The architecture matrix: every drafter kind on a tiny random-weight target of every architecture.
 
-    python -m bench.arch_matrix --out runs/matrix [--arch gemma2 --kind eagle3 ...] [--table FILE]
+    python -m bench.arch_matrix --out runs/matrix [--arch gemma2 --kind eagle3 ...] [--json FILE]
 
 A cell builds the target in-process (toy/tiny_targets.py) with a small byte-level tokenizer, trains the
 drafter for 3 steps through the same entry point a user runs (`draftsmith train ...`), requires finite
