@@ -150,11 +150,10 @@ class DFlashMethod(TrainingMethod):
             cells = []
             for key in ("top1", "prefix", "alpha", "loss"):
                 m = f"eval/{name}/{key}"
-                cells.append(
-                    f"{start[m]:.3f} -> {end[m]:.3f}"
-                    if m in start and m in end
-                    else f"{end.get(m, math.nan):.3f}"
-                )
+                if m not in end:
+                    cells.append("-")  # no held-out evaluation ran (eval.every = 0)
+                else:
+                    cells.append(f"{start[m]:.3f} -> {end[m]:.3f}" if m in start else f"{end[m]:.3f}")
             rows.append(f"| {k} | " + " | ".join(cells) + " |")
         if "eval/tau_estimate" in end:
             rows.append(f"\ntau estimate (teacher-forced accepted prefix): {end['eval/tau_estimate']:.3f}")

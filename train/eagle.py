@@ -338,7 +338,9 @@ def format_step_table(
         cells = []
         for key in ("top1", "loss"):
             k = f"eval/{name}/{key}"
-            if k in metrics:
+            if k not in metrics:
+                cells.append("-")  # no held-out evaluation ran (eval.every = 0)
+            else:
                 cells.append(f"{start[k]:.3f} -> {metrics[k]:.3f}" if k in start else f"{metrics[k]:.3f}")
         rows.append(f"| {s + 1} | x(t+{s + 2}) | " + " | ".join(cells) + " |")
     if "eval/tau_estimate" in metrics:

@@ -26,7 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_positions, chunked_loss, recomputing
+from draftsmith.models.chunking import (
+    LOSS_CHUNK_TOKENS,
+    ChunkResult,
+    chunk_positions,
+    chunked_loss,
+    recomputing,
+)
 from draftsmith.models.eagle3 import build_vocab_map, default_feature_layers
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import soft_cross_entropy

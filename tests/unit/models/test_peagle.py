@@ -253,8 +253,8 @@ def test_draftsmith_train_peagle_runs_and_decodes_losslessly(tiny_toy_target, tm
     from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
     from draftsmith.eval.drafters import load_drafter_spec
     from draftsmith.eval.sampling import Sampling
-    from draftsmith.models.target import FrozenTarget, TargetConfig
     from draftsmith.models.checkpoint import read_drafter_config
+    from draftsmith.models.target import FrozenTarget, TargetConfig
     from draftsmith.train.core.metrics import read_metrics
 
     out = tmp_path / "run"
