@@ -1,24 +1,33 @@
-"""draftsmith's EAGLE-3 against peers' EAGLE-3, trained alike and measured by the same evaluator.
+"""draftsmith against peers' trainers, trained alike and measured by the same evaluator: EAGLE-3 (default) or
+DFlash (`--family dflash`).
 
     python -m bench.bench_peers --target DIR --out DIR \
         --modelopt-python /tmp/peers/venv/bin/python --speculators-python /tmp/peers/spec-venv/bin/python
+    python -m bench.bench_peers --family dflash --target DIR --out DIR --modelopt-python /tmp/peers/venv/bin/python
 
 Peers live in their own virtual environments (never dependencies of draftsmith); this script drives them
-through `scripts/peers/*.py` with each environment's python:
+through `bench/peers/*.py` with each environment's python:
 - NVIDIA ModelOpt 0.47: `pip install torch==2.13.0 "transformers<5.15" "nvidia-modelopt==0.47.*" requests
-  accelerate datasets`.
-- vLLM speculators 0.9: `pip install torch==2.13.0 transformers==5.19.0 "datasets<=5.1" accelerate` plus
-  speculators' pure-python requirements, then `pip install --no-deps speculators==0.9.0` (it requires
-  torchvision / torchaudio, which have no CPU build here and which its EAGLE-3 trainer never imports).
+  accelerate datasets`. EAGLE-3 through bench/peers/modelopt_eagle3.py, DFlash through
+  bench/peers/modelopt_dflash.py.
+- vLLM speculators 0.9 (EAGLE-3 only): `pip install torch==2.13.0 transformers==5.19.0 "datasets<=5.1"
+  accelerate` plus speculators' pure-python requirements, then `pip install --no-deps speculators==0.9.0` (it
+  requires torchvision / torchaudio, which have no CPU build here and which its EAGLE-3 trainer never imports).
   Trained twice: with its default optimizer (Muon) and with AdamW (draftsmith's). Its 0.9 default
   architecture adds three norms that EAGLE-3 does not have; the driver trains the EAGLE-3 architecture
   (`--arch classic`), the one the converter can map (bench/peers/speculators_eagle3.py explains).
 
 Both see the same target, the same training samples (draftsmith's pipeline renders and truncates them; the
 peer gets the token ids and answer masks as JSONL, padded to one length as ModelOpt requires), the same
-number of optimizer steps, batch size, learning-rate peak, TTT depth and draft-vocabulary size. Each keeps
-its own loss weighting and vocabulary selection. The peer's export is converted (bench/convert_peers.py)
-and both drafters are measured by draftsmith's evaluator on the same held-out prompts.
+number of optimizer steps, batch size, learning-rate peak and warm-up. EAGLE-3: the same TTT depth and
+draft-vocabulary size; each keeps its own loss weighting and vocabulary selection. DFlash: the same block
+size, draft layers, taps, anchors per sequence, mask token and slot weights exp(-(k-1)/gamma); draftsmith
+trains against the target's distribution (`objective.loss=kl`, as ModelOpt's default distillation does).
+ModelOpt 0.47 takes exactly one tap per draft layer, so both default to z-lab's spread for --draft-layers
+(the 8-layer toy target, 2 layers: canonical 2, 6, ModelOpt's outputs 1, 5) instead of the toy recipe's three
+taps. The peer's export is converted (bench/convert_peers.py) and both drafters are measured by draftsmith's
+evaluator on the same held-out prompts: EAGLE-3 as a chain and the dynamic tree `dynamic:4:16`, DFlash as a
+chain and `topk:3` (bench/bench_block.py's cells), at T=0 and T=1.
 """
 
 from __future__ import annotations
@@ -59,18 +68,27 @@ def export_training_data(target: Any, out: Path, max_len: int, max_samples: int)
     return path, len(data.train), answer_tokens
 
 
-PEERS: dict[str, dict[str, Any]] = {
-    "modelopt": {"python": "modelopt_python", "script": "modelopt_eagle3.py", "args": []},
-    "speculators-muon": {"python": "speculators_python", "script": "speculators_eagle3.py",
-                         "args": ["--optimizer", "muon", "--arch", "classic"]},
-    "speculators-adamw": {"python": "speculators_python", "script": "speculators_eagle3.py",
-                          "args": ["--optimizer", "adamw", "--arch", "classic"]},
+PEERS: dict[str, dict[str, dict[str, Any]]] = {
+    "eagle3": {
+        "modelopt": {"python": "modelopt_python", "script": "modelopt_eagle3.py", "args": []},
+        "speculators-muon": {"python": "speculators_python", "script": "speculators_eagle3.py",
+                             "args": ["--optimizer", "muon", "--arch", "classic"]},
+        "speculators-adamw": {"python": "speculators_python", "script": "speculators_eagle3.py",
+                              "args": ["--optimizer", "adamw", "--arch", "classic"]},
+    },
+    "dflash": {
+        "modelopt": {"python": "modelopt_python", "script": "modelopt_dflash.py", "args": []},
+    },
 }  # fmt: skip
+TREES = {"eagle3": ("chain", "dynamic:4:16"), "dflash": ("chain", "topk:3")}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--family", choices=sorted(PEERS), default="eagle3", help="the drafter family compared"
     )
     parser.add_argument("--target", required=True, help="toy target directory (small preset)")
     parser.add_argument("--modelopt-python", help="python of the ModelOpt virtual environment")
@@ -82,25 +100,42 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--ttt-steps", type=int, default=7)
     parser.add_argument("--draft-vocab-size", type=int, default=1024)
+    dflash = parser.add_argument_group("DFlash (--family dflash; defaults: recipes/dflash/toy.yaml)")
+    dflash.add_argument("--block-size", type=int, default=8)
+    dflash.add_argument("--draft-layers", type=int, default=2)
+    dflash.add_argument(
+        "--taps", default=None,
+        help="comma-separated canonical ids of the fused target layers, one per draft layer (ModelOpt 0.47's rule); "
+        "default: z-lab's spread, the default of both",
+    )  # fmt: skip
+    dflash.add_argument("--num-anchors", type=int, default=64)
+    dflash.add_argument("--decay-gamma", type=float, default=4.0, help="slot k weighs exp(-(k-1)/gamma)")
+    dflash.add_argument(
+        "--dflash-loss", default="kl", help="draftsmith's objective.loss (ModelOpt distils: kl)"
+    )
     parser.add_argument("--num-prompts", type=int, default=20)
     parser.add_argument(
         "--train", default="all",
-        help="comma-separated drafters to (re)train (draftsmith, modelopt, speculators-muon, speculators-adamw), "
-        "'all' (default) or 'none': the others are reused from --out",
+        help="comma-separated drafters to (re)train (draftsmith, modelopt, speculators-muon, speculators-adamw; "
+        "DFlash: draftsmith, modelopt), 'all' (default) or 'none': the others are reused from --out",
     )  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    from bench.convert_peers import modelopt_eagle3, speculators_eagle3
+    from bench.convert_peers import modelopt_dflash, modelopt_eagle3, speculators_eagle3
     from draftsmith.eval.acceptance import EvalArgs, evaluate
     from draftsmith.eval.drafters import load_drafter_spec
+    from draftsmith.models.dflash import default_feature_layers, pick_mask_token
     from draftsmith.models.target import FrozenTarget, TargetConfig
+    from draftsmith.train import dflash as dflash_recipe
     from draftsmith.train import eagle as eagle_recipe
     from draftsmith.train.core.metrics import read_metrics
 
-    peers = {name: p for name, p in PEERS.items() if getattr(args, p["python"])}
+    family = PEERS[args.family]
+    peers = {name: p for name, p in family.items() if getattr(args, p["python"])}
     if not peers:
-        parser.error("pass --modelopt-python and/or --speculators-python (the peers' virtual environments)")
+        parser.error(f"pass the python of a {args.family} peer's virtual environment: "
+                     + ", ".join(sorted({"--" + p["python"].replace("_", "-") for p in family.values()})))  # fmt: skip
     target = FrozenTarget.load(TargetConfig(path=args.target))
     data, samples, answer_tokens = export_training_data(target, args.out, args.max_len, args.max_samples)
     steps = samples // args.batch_size  # one epoch, as the draftsmith toy recipe
@@ -108,29 +143,48 @@ def main() -> int:
         f"training data: {samples} samples, {answer_tokens} answer tokens, {steps} steps of {args.batch_size}"
     )
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    train = set(PEERS) | {"draftsmith"} if args.train == "all" else set(args.train.split(",")) - {"none"}
-    unknown = train - set(PEERS) - {"draftsmith"}
+    train = set(family) | {"draftsmith"} if args.train == "all" else set(args.train.split(",")) - {"none"}
+    unknown = train - set(family) - {"draftsmith"}
     if unknown:
-        parser.error(f"--train: unknown drafters {sorted(unknown)}")
+        parser.error(f"--train: unknown {args.family} drafters {sorted(unknown)}")
+    taps = (
+        [int(t) for t in args.taps.split(",")] if args.taps
+        else default_feature_layers(target.num_layers, args.draft_layers)
+    )  # fmt: skip
+    mask = pick_mask_token(target.tokenizer, int(target.embed_tokens.weight.shape[0]))  # draftsmith's default
     for name, peer in peers.items():
         if name in train:
             cmd = [
-                getattr(args, peer["python"]), str(REPO / "scripts" / "peers" / peer["script"]),
+                getattr(args, peer["python"]), str(REPO / "bench" / "peers" / peer["script"]),
                 "--model", args.target, "--data", str(data), "--out", str(args.out / name), "--steps", str(steps),
-                "--seq-len", str(args.max_len), "--ttt-steps", str(args.ttt_steps),
-                "--draft-vocab-size", str(args.draft_vocab_size), "--lr", str(args.lr),
-                "--batch-size", str(args.batch_size), "--warmup-steps", str(steps // 10), "--lr-scheduler", "cosine",
-                *peer["args"],
+                "--seq-len", str(args.max_len), "--lr", str(args.lr), "--batch-size", str(args.batch_size),
+                "--warmup-steps", str(steps // 10), "--lr-scheduler", "cosine", *peer["args"],
             ]  # fmt: skip
+            if args.family == "eagle3":
+                cmd += ["--ttt-steps", str(args.ttt_steps), "--draft-vocab-size", str(args.draft_vocab_size)]
+            else:  # ModelOpt's ids name layer OUTPUTS: canonical - 1
+                cmd += ["--block-size", str(args.block_size), "--num-draft-layers", str(args.draft_layers),
+                        "--target-layer-ids", ",".join(str(t - 1) for t in taps),
+                        "--num-anchors", str(args.num_anchors), "--mask-token-id", str(mask),
+                        "--loss-objective", "decay", "--loss-decay", str(args.decay_gamma)]  # fmt: skip
             subprocess.run(cmd, check=True, env=env)
     if "draftsmith" in train:
-        eagle_recipe.main(
-            ["--config", str(REPO / "recipes" / "eagle" / "eagle3_toy.yaml"), f"target.path={args.target}",
-             f"output_dir={args.out / 'draftsmith'}", f"data.max_len={args.max_len}",
-             f"data.max_samples={args.max_samples}", f"train.micro_batch_size={args.batch_size}",
-             f"train.lr={args.lr}", f"draft.ttt_steps={args.ttt_steps}",
-             f"draft.draft_vocab_size={args.draft_vocab_size}", f"train.max_steps={steps}"]
-        )  # fmt: skip
+        common = [f"target.path={args.target}", f"output_dir={args.out / 'draftsmith'}",
+                  f"data.max_len={args.max_len}", f"data.max_samples={args.max_samples}",
+                  f"train.micro_batch_size={args.batch_size}", f"train.lr={args.lr}", f"train.max_steps={steps}"]  # fmt: skip
+        if args.family == "eagle3":
+            eagle_recipe.main(
+                ["--config", str(REPO / "recipes" / "eagle" / "eagle3_toy.yaml"), *common,
+                 f"draft.ttt_steps={args.ttt_steps}", f"draft.draft_vocab_size={args.draft_vocab_size}"]
+            )  # fmt: skip
+        else:
+            dflash_recipe.main(
+                ["--config", str(REPO / "recipes" / "dflash" / "toy.yaml"), *common,
+                 f"draft.block_size={args.block_size}", f"draft.num_layers={args.draft_layers}",
+                 f"draft.feature_layers=[{','.join(map(str, taps))}]", f"draft.num_feature_layers={len(taps)}",
+                 f"draft.num_anchors={args.num_anchors}", f"draft.decay_gamma={args.decay_gamma}",
+                 f"draft.mask_token_id={mask}", f"objective.loss={args.dflash_loss}"]
+            )  # fmt: skip
     ours = [
         r["perf/step_s"]
         for r in read_metrics(args.out / "draftsmith" / "metrics.jsonl")
@@ -144,36 +198,50 @@ def main() -> int:
         step_s[name] = log["mean_step_s_excl_first"]
         versions[name] = log.get("versions")
         threads[name] = log.get("torch_threads")
-        convert = modelopt_eagle3 if name == "modelopt" else speculators_eagle3
-        checkpoints[name] = convert(args.out / name, target, args.out / f"{name}-converted", args.ttt_steps)
+        if args.family == "dflash":
+            checkpoints[name] = modelopt_dflash(args.out / name, target, args.out / f"{name}-converted")
+        else:
+            convert = modelopt_eagle3 if name == "modelopt" else speculators_eagle3
+            checkpoints[name] = convert(
+                args.out / name, target, args.out / f"{name}-converted", args.ttt_steps
+            )
 
     rows = []
     for name, ckpt in checkpoints.items():
         drafter = load_drafter_spec(str(ckpt), target)
         for temperature in (0.0, 1.0):
-            for tree in ("chain", "dynamic:4:16"):
+            for tree in TREES[args.family]:
+                # EAGLE-3 checks both T=0 cells against plain decoding; DFlash the chain, as bench_block does.
+                check = temperature == 0 and (args.family == "eagle3" or tree == "chain")
                 t0 = time.perf_counter()
                 r = evaluate(
                     EvalArgs(target=args.target, drafter=str(ckpt), data="stdlib:heldout",
                              num_prompts=args.num_prompts, max_new_tokens=96, depth=5, tree=tree,
-                             temperature=temperature, check_lossless=temperature == 0, baseline=temperature == 0,
-                             progress=False),
+                             temperature=temperature, check_lossless=check, baseline=check, progress=False),
                     target, drafter,
                 )  # fmt: skip
-                row = {"drafter": name, "T": temperature, "tree": tree, "tau": r["tau"], "alpha": r["alpha"],
-                       "lossless": r["lossless"], "eval_s": time.perf_counter() - t0}  # fmt: skip
+                row = {"drafter": name, "T": temperature, "tree": tree, "tau": r["tau"],
+                       "tau_stderr": r["tau_stderr"], "alpha": r["alpha"], "lossless": r["lossless"],
+                       "eval_s": time.perf_counter() - t0}  # fmt: skip
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    result = {"samples": samples, "answer_tokens": answer_tokens, "steps": steps, "step_s": step_s,
-              "torch_threads": threads, "peer_versions": versions, "rows": rows}  # fmt: skip
+    result = {"family": args.family, "samples": samples, "answer_tokens": answer_tokens, "steps": steps,
+              "step_s": step_s, "torch_threads": threads, "peer_versions": versions, "rows": rows}  # fmt: skip
+    if args.family == "dflash":
+        result["dflash"] = {"block_size": args.block_size, "draft_layers": args.draft_layers, "taps": taps,
+                            "num_anchors": args.num_anchors, "decay_gamma": args.decay_gamma,
+                            "mask_token_id": mask, "draftsmith_loss": args.dflash_loss}  # fmt: skip
     (args.out / "peers.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(format_table(rows, step_s, threads))
+    print(format_table(rows, step_s, threads, TREES[args.family]))
     return 0
 
 
-def format_table(rows: list[dict[str, Any]], step_s: dict[str, float], threads: dict[str, Any]) -> str:
+def format_table(
+    rows: list[dict[str, Any]], step_s: dict[str, float], threads: dict[str, Any],
+    trees: tuple[str, ...] = TREES["eagle3"],
+) -> str:  # fmt: skip
     """Markdown: tau per drafter and setting, its ratio to the best peer, and the training step time."""
-    cells = [(0.0, "chain"), (0.0, "dynamic:4:16"), (1.0, "chain"), (1.0, "dynamic:4:16")]
+    cells = [(t, tree) for t in (0.0, 1.0) for tree in trees]
     tau = {(r["drafter"], r["T"], r["tree"]): r["tau"] for r in rows}
     names = list(dict.fromkeys(r["drafter"] for r in rows))
     head = "| | " + " | ".join(f"T={t:g} {tree}" for t, tree in cells) + " | training step |"

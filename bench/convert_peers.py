@@ -37,6 +37,14 @@ in speculators 0.9) have no draftsmith equivalent and are refused. Layer ids: sp
 pre-norm residual stream entering decoder layer k, i.e. draftsmith's canonical id k (no shift). The draft
 layer's `sliding_window` (2048 by default) is not carried over: draftsmith attends to the whole context,
 identical for contexts up to the window.
+
+DFlash, z-lab's layout (`DFlashDraftModel`: model.safetensors + config.json), which NVIDIA ModelOpt 0.47's
+`DFlashExporter` writes and draftsmith's own SGLang export (`dflash_sglang`) writes: the tensor names are
+draftsmith's (`fc`, `hidden_norm`, `layers.{i}.*` with q/k norms, `norm`) and carry over unchanged. The
+config gives the block size, the mask token and `dflash_config.target_layer_ids`, which name layer OUTPUTS:
+z-lab id j is draftsmith's canonical id j + 1. Refused: a causal block, a sliding window, attention sinks,
+rope scaling, and draft-layer settings other than the target's (draftsmith's DFlash layers take the target's
+dimensions, eps and rope).
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ import torch
 from safetensors.torch import load_file
 
 from draftsmith.models.checkpoint import save_drafter
+from draftsmith.models.dflash import DFlashConfig, DFlashDraft
+from draftsmith.models.draft_layer import draft_layer_settings
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft
 from draftsmith.ship.layouts.common import from_engine_ids
@@ -83,7 +93,7 @@ def _sorted_vocab(
 
 
 def _load_and_save(
-    src: Path, out: str | Path, draft: Eagle3Draft, new_state: dict[str, torch.Tensor], target: Any,
+    src: Path, out: str | Path, draft: torch.nn.Module, new_state: dict[str, torch.Tensor], target: Any,
     converted_from: dict[str, Any],
 ) -> Path:  # fmt: skip
     """Check `new_state` against `draft` (complete, shapes that fit the target), load it, save a checkpoint."""
@@ -208,3 +218,89 @@ def speculators_eagle3(src: str | Path, target: Any, out: str | Path, ttt_steps:
     converted_from = {"peer": "speculators", "path": str(src), "speculators_version": config.get("speculators_version"),
                       "sliding_window": layer_cfg.get("sliding_window")}  # fmt: skip
     return _load_and_save(src, out, draft, new_state, target, converted_from)
+
+
+def _rope_theta(config: Any) -> float | None:
+    """rope_theta from a config dict or a transformers config (top level or `rope_parameters`)."""
+    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+    theta = (get("rope_parameters") or {}).get("rope_theta", get("rope_theta"))
+    return None if theta is None else float(theta)
+
+
+def zlab_dflash(src: str | Path, target: Any, out: str | Path, peer: str = "modelopt") -> Path:
+    """Convert a DFlash export in z-lab's layout (ModelOpt's `DFlashExporter`, draftsmith's `dflash_sglang`) for
+    `target` (a FrozenTarget) into a draftsmith DFlash checkpoint at `out`. See the module docstring.
+
+    Raises:
+        ValueError: not a DFlash export, a missing or unexpected tensor, a shape, layer id or setting that does
+            not fit the target, or an attention variant (causal block, sliding window, sinks) or rope scaling
+            that DFlashDraft does not compute.
+    """
+    src = Path(src)
+    config = json.loads((src / "config.json").read_text())
+    state = load_file(str(src / "model.safetensors"))
+    if "DFlashDraftModel" not in (config.get("architectures") or []) or "dflash_config" not in config:
+        raise ValueError(f"{src}: not a z-lab DFlash export (architectures {config.get('architectures')})")
+    dc = config["dflash_config"]
+    block = dc.get("block_size", config.get("block_size"))
+    if block is None or int(config.get("block_size", block)) != int(block):
+        raise ValueError(
+            f"{src}: block_size {config.get('block_size')} vs dflash_config {dc.get('block_size')}"
+        )
+    layers = int(config["num_hidden_layers"])
+    unsupported = {
+        "a causal block (dflash_config.causal)": dc.get("causal"),
+        "a sliding window": dc.get("use_swa") or (config.get("use_sliding_window") and config.get("sliding_window"))
+        or any(t != "full_attention" for t in config.get("layer_types") or []),
+        "attention sinks": dc.get("attention_sink_bias") or config.get("attention_sink_bias"),
+        "rope scaling": config.get("rope_scaling") not in (None, {}) and config["rope_scaling"].get("rope_type",
+                                                                          config["rope_scaling"].get("type")) != "default",
+    }  # fmt: skip
+    on = [name for name, value in unsupported.items() if value]
+    if on:
+        raise ValueError(f"{src}: {', '.join(on)}; draftsmith's DFlashDraft has no equivalent")
+    if config.get("num_target_layers") not in (None, target.num_layers):
+        raise ValueError(
+            f"{src}: drafted for a {config['num_target_layers']}-layer target, not {target.num_layers}"
+        )
+    if config.get("vocab_size") not in (None, target.vocab_size):
+        raise ValueError(f"{src}: vocab_size {config['vocab_size']}, the target's is {target.vocab_size}")
+    settings = draft_layer_settings(target.model.config)
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "rms_norm_eps", "hidden_act", "attention_bias"):  # fmt: skip
+        if key in config and config[key] != settings[key]:
+            raise ValueError(
+                f"{src}: draft {key}={config[key]!r}, draftsmith's DFlash layers use {settings[key]!r}"
+            )
+    theta, t_theta = _rope_theta(config), _rope_theta(settings)
+    if theta is not None and t_theta is not None and theta != t_theta:
+        raise ValueError(f"{src}: draft rope_theta {theta}, the target's {t_theta}")
+    canonical = from_engine_ids(dc["target_layer_ids"], "sglang")  # z-lab id j = output of layer j
+    bad = [c for c in canonical if not 1 <= c <= target.num_layers]
+    if bad:
+        raise ValueError(f"{src}: target_layer_ids {dc['target_layer_ids']} name no layer of the target")
+    mask = int(dc["mask_token_id"])
+    if not 0 <= mask < int(target.embed_tokens.weight.shape[0]):
+        raise ValueError(f"{src}: mask_token_id {mask} is not a row of the target's embedding")
+    for name, ours in (
+        ("embed_tokens.weight", target.embed_tokens.weight),
+        ("lm_head.weight", target.lm_head.weight),
+    ):
+        theirs = state.pop(name, None)  # z-lab's layout has neither; a copy must be the target's own
+        if theirs is not None and not torch.equal(theirs, ours.detach().cpu().to(theirs.dtype)):
+            raise ValueError(f"{src}: {name} is not the target's; draftsmith's DFlash uses the target's")
+    draft = DFlashDraft(DFlashConfig(block_size=int(block), num_layers=layers, feature_layers=canonical,
+                                     num_feature_layers=len(canonical), mask_token_id=mask),
+                        target.model.config, target.vocab_size)  # fmt: skip
+    unexpected = set(state) - set(draft.state_dict())
+    if unexpected:
+        raise ValueError(f"{src}: tensors draftsmith does not know: {sorted(unexpected)}")
+    new_state = {k: v.to(draft.state_dict()[k].dtype) for k, v in state.items()}
+    converted_from = {"peer": peer, "path": str(src), "layout": "z-lab DFlashDraftModel",
+                      "target_layer_ids": list(dc["target_layer_ids"])}  # fmt: skip
+    return _load_and_save(src, out, draft, new_state, target, converted_from)
+
+
+def modelopt_dflash(src: str | Path, target: Any, out: str | Path) -> Path:
+    """Convert ModelOpt 0.47's DFlash export (`DFlashExporter`, z-lab's layout); see `zlab_dflash`."""
+    return zlab_dflash(src, target, out, peer="modelopt")

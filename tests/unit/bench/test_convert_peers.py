@@ -1,4 +1,5 @@
-"""ModelOpt and speculators EAGLE-3 checkpoints convert into draftsmith checkpoints that compute the same thing."""
+"""ModelOpt and speculators EAGLE-3 checkpoints, and z-lab-layout DFlash exports (ModelOpt's), convert into draftsmith
+checkpoints that compute the same thing."""
 
 from __future__ import annotations
 
@@ -11,12 +12,19 @@ from safetensors.torch import save_file
 from bench.convert_peers import (
     MODELOPT_TO_DRAFTSMITH,
     SPECULATORS_TO_DRAFTSMITH,
+    modelopt_dflash,
     modelopt_eagle3,
     speculators_eagle3,
+    zlab_dflash,
 )
-from draftsmith.models.checkpoint import load_drafter
+from draftsmith.eval.drafters.dflash import DFlashDrafter
+from draftsmith.eval.sampling import Sampling
+from draftsmith.eval.tree import parse_tree
+from draftsmith.models.checkpoint import load_drafter, save_drafter
+from draftsmith.models.dflash import DFlashConfig, DFlashDraft
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft
+from draftsmith.ship.export import export
 
 
 def test_modelopt_export_round_trips_through_the_converter(tiny_random_target, tmp_path):
@@ -256,3 +264,171 @@ def test_speculators_converter_refuses_what_eagle3draft_cannot_compute(
     )
     with pytest.raises(ValueError, match=message):
         speculators_eagle3(src, target, tmp_path / "converted")
+
+
+# --- DFlash, z-lab's layout (NVIDIA ModelOpt 0.47's DFlashExporter, draftsmith's SGLang export) --------------
+
+
+@pytest.fixture(scope="module")
+def dflash_checkpoint(saved_tiny_target, tmp_path_factory):
+    """A random draftsmith DFlash (every weight, norms included, perturbed so a swapped tensor shows)."""
+    target = saved_tiny_target
+    draft = DFlashDraft(DFlashConfig(block_size=4, num_layers=2, feature_layers=[2, 3], num_feature_layers=2,
+                                     mask_token_id=5), target.model.config, target.vocab_size)  # fmt: skip
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in draft.named_parameters():
+            noise = torch.randn(p.shape, generator=g) * 0.3
+            p.copy_(1 + noise if "norm" in name else noise)
+    return save_drafter(tmp_path_factory.mktemp("dflash") / "ckpt", draft, target.identity())
+
+
+def _proposals(drafter: DFlashDrafter, target, ids: torch.Tensor, tree: str):
+    """The drafter's slot logits and proposed tree after the context `ids`, fed the target's features of ITS OWN
+    feature layers (canonical ids), as the evaluator feeds them."""
+    feats, _ = target.forward(ids[None], layer_ids=drafter.feature_layers)
+    drafter.start()
+    drafter.observe({lid: f[0, : len(ids) - 1] for lid, f in feats.items()})
+    context = ids.tolist()
+    logits = drafter.slot_logits(context, 3)
+    drafter.start()
+    drafter.observe({lid: f[0, : len(ids) - 1] for lid, f in feats.items()})
+    proposal = drafter.propose(context, parse_tree(tree, 3), Sampling(), None)
+    return logits, proposal.tokens
+
+
+def test_dflash_zlab_export_round_trips_bit_identically(dflash_checkpoint, saved_tiny_target, tmp_path):
+    """Oracle: draftsmith's own SGLang (z-lab) export of a DFlash drafter, converted back, is the same drafter:
+    identical weights, bit-identical slot logits and proposals (chain and top-k tree) from the target's
+    features. The layer ids cross the off-by-one both ways: z-lab id j names the OUTPUT of layer j."""
+    target = saved_tiny_target
+    exported, _, _ = export(dflash_checkpoint, "sglang", tmp_path / "zlab")
+    config = json.loads((exported / "config.json").read_text())
+    assert config["dflash_config"]["target_layer_ids"] == [1, 2]  # canonical 2, 3 minus one
+
+    converted = zlab_dflash(exported, target, tmp_path / "converted", peer="draftsmith")
+    ours, _ = load_drafter(dflash_checkpoint, target)
+    theirs, theirs_config = load_drafter(converted, target)
+    assert theirs_config["feature_layers"] == [2, 3]
+    assert theirs_config["drafter"]["block_size"] == 4 and theirs_config["drafter"]["mask_token_id"] == 5
+    a, b = ours.state_dict(), theirs.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ids = torch.randint(0, target.vocab_size, (11,), generator=torch.Generator().manual_seed(4))
+    for tree in ("chain", "topk:3"):
+        ref_logits, ref_tokens = _proposals(DFlashDrafter(ours), target, ids, tree)
+        got_logits, got_tokens = _proposals(DFlashDrafter(theirs), target, ids, tree)
+        assert torch.equal(got_logits, ref_logits)
+        assert torch.equal(got_tokens, ref_tokens)
+
+
+def test_dflash_layer_ids_are_outputs_of_layers(dflash_checkpoint, saved_tiny_target, tmp_path):
+    """The off-by-one itself: the features z-lab / ModelOpt read for id j (`hidden_states[j + 1]`, the output of
+    layer j) are exactly the features the converted drafter reads at its canonical ids, and reading them one
+    layer off changes the draft."""
+    target = saved_tiny_target
+    exported, _, _ = export(dflash_checkpoint, "sglang", tmp_path / "zlab")
+    ids = json.loads((exported / "config.json").read_text())["dflash_config"]["target_layer_ids"]
+    loaded, _ = load_drafter(zlab_dflash(exported, target, tmp_path / "converted"), target)
+    tokens = torch.randint(0, target.vocab_size, (1, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        hs = target.model(tokens, output_hidden_states=True).hidden_states
+        zlab = torch.cat([hs[j + 1] for j in ids], -1)  # ModelOpt: hidden_states[lid + 1]
+        feats, _ = target.forward(tokens, layer_ids=loaded.feature_layers)
+        assert torch.equal(torch.cat([feats[i] for i in loaded.feature_layers], -1), zlab)
+        block = (torch.tensor([[6]]), torch.tensor([[True]]))
+        right = loaded.logits(loaded(zlab, tokens, *block))
+        shifted = loaded.logits(loaded(torch.cat([hs[j] for j in ids], -1), tokens, *block))
+    assert not torch.allclose(right, shifted)
+
+
+# The config.json of a REAL ModelOpt 0.47 DFlash export (bench/peers/modelopt_dflash.py, `DFlashExporter`) for the
+# small-seed0 toy target (2 draft layers, taps = outputs of layers 1 and 5), with sizes swapped for the tiny
+# target's; its model.safetensors holds exactly these 25 tensor names.
+def modelopt_dflash_config(target, ids, **changes):
+    c = target.model.config
+    config = {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 8,
+        "dflash_config": {"mask_token_id": 0, "target_layer_ids": ids, "causal": False},
+        "hidden_size": c.hidden_size, "num_hidden_layers": 2, "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim,
+        "intermediate_size": c.intermediate_size, "hidden_act": "silu", "rms_norm_eps": c.rms_norm_eps,
+        "vocab_size": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
+        "initializer_range": 0.02, "attention_bias": False, "attention_dropout": 0.0, "rope_theta": 10000.0,
+        "rope_scaling": None, "tie_word_embeddings": False, "torch_dtype": "float32",
+        "num_target_layers": c.num_hidden_layers, "layer_types": ["full_attention", "full_attention"],
+    }  # fmt: skip
+    for key, value in changes.items():
+        if key.startswith("dflash_config."):
+            config["dflash_config"][key.removeprefix("dflash_config.")] = value
+        else:
+            config[key] = value
+    return config
+
+
+def modelopt_dflash_state(target):
+    c = target.model.config
+    H, q, kv, inter = (
+        c.hidden_size,
+        c.num_attention_heads * c.head_dim,
+        c.num_key_value_heads * c.head_dim,
+        c.intermediate_size,
+    )
+    shapes = {"fc.weight": (H, 2 * H), "hidden_norm.weight": (H,), "norm.weight": (H,)}
+    for i in range(2):
+        p = f"layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
+            p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
+            p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
+            p + "self_attn.q_norm.weight": (c.head_dim,), p + "self_attn.k_norm.weight": (c.head_dim,),
+            p + "mlp.gate_proj.weight": (inter, H), p + "mlp.up_proj.weight": (inter, H),
+            p + "mlp.down_proj.weight": (H, inter),
+        })  # fmt: skip
+    assert len(shapes) == 25
+    g = torch.Generator().manual_seed(6)
+    return {k: torch.randn(s, generator=g) for k, s in shapes.items()}
+
+
+def test_modelopt_dflash_real_layout_converts(saved_tiny_target, tmp_path):
+    target = saved_tiny_target
+    state = modelopt_dflash_state(target)
+    src = write_speculators(tmp_path / "modelopt", state, modelopt_dflash_config(target, [0, 2]))
+    loaded, config = load_drafter(modelopt_dflash(src, target, tmp_path / "converted"), target)
+    assert config["feature_layers"] == [1, 3]
+    assert config["drafter"]["block_size"] == 8 and config["drafter"]["num_layers"] == 2
+    assert config["converted_from"]["peer"] == "modelopt"
+    got = loaded.state_dict()
+    assert got.keys() == state.keys() and all(torch.equal(got[k], state[k]) for k in state)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"dflash_config.causal": True}, "causal"),
+        ({"dflash_config.use_swa": True, "sliding_window": 64}, "sliding window"),
+        ({"layer_types": ["sliding_attention", "full_attention"]}, "sliding window"),
+        ({"dflash_config.attention_sink_bias": True}, "sinks"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 32.0}}, "rope scaling"),
+        ({"rms_norm_eps": 1.234e-3}, "rms_norm_eps"),
+        ({"head_dim": 128}, "head_dim"),
+        ({"num_target_layers": 36}, "36-layer"),
+        ({"dflash_config.target_layer_ids": [0, 4]}, "name no layer"),
+        ({"rope_theta": 1e6}, "rope_theta"),
+    ],
+)
+def test_dflash_converter_refuses_what_dflashdraft_cannot_compute(
+    saved_tiny_target, tmp_path, changes, message
+):
+    target = saved_tiny_target
+    src = write_speculators(tmp_path / "modelopt", modelopt_dflash_state(target),
+                            modelopt_dflash_config(target, [0, 2], **changes))  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        modelopt_dflash(src, target, tmp_path / "converted")
+
+
+def test_dflash_converter_refuses_unknown_tensors(saved_tiny_target, tmp_path):
+    target = saved_tiny_target
+    state = {**modelopt_dflash_state(target), "layers.0.self_attn.attention_sink_bias": torch.zeros(4)}
+    src = write_speculators(tmp_path / "modelopt", state, modelopt_dflash_config(target, [0, 2]))
+    with pytest.raises(ValueError, match="does not know"):
+        modelopt_dflash(src, target, tmp_path / "converted")
