@@ -40,6 +40,9 @@ Settings passed, and why (ModelOpt's defaults in brackets):
   * HF Trainer: AdamW (betas 0.9/0.999, eps 1e-8), weight decay 0, grad clip 1.0, --lr-scheduler with
     --warmup-steps, float32, --steps optimizer steps of --batch-size, no gradient accumulation.
 
+--init-norm-from-target is an ablation (off by default), not ModelOpt's behaviour: the draft's output norm
+starts as the target's final norm, as draftsmith's DFlash starts, instead of ModelOpt's ones.
+
 Output (--out): DFlashExporter's model.safetensors + config.json, and train_log.json (step times, the
 settings above, versions).
 """
@@ -84,6 +87,11 @@ def parse_args():
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--lr-scheduler", default="cosine", help="HF lr_scheduler_type")
     p.add_argument("--max-samples", type=int, default=None)
+    p.add_argument(
+        "--init-norm-from-target", action="store_true",
+        help="ABLATION, not ModelOpt's behaviour: start the draft's output norm as the target's final norm "
+        "(draftsmith's init) instead of ModelOpt's ones",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
     return p.parse_args()
@@ -213,6 +221,8 @@ def main():
         "dflash_architecture_config": arch,
     }
     mtsp.convert(model, [("dflash", dflash_cfg)])
+    if a.init_norm_from_target:
+        model.dflash_module.norm.load_state_dict(model.get_submodule(model.base_model_path).norm.state_dict())
     dc = model.dflash_config
     resolved = {k: getattr(dc, k, None) for k in ("num_hidden_layers", "hidden_size", "intermediate_size",
                 "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_parameters",
@@ -276,6 +286,7 @@ def main():
         "block_size": a.block_size,
         "num_anchors": a.num_anchors,
         "mask_token_id": a.mask_token_id,
+        "init_norm_from_target": a.init_norm_from_target,
         "target_layer_ids": list(model.target_layer_ids),
         "loss": {
             "objective": a.loss_objective,
