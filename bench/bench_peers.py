@@ -1,4 +1,4 @@
-"""draftsmith against peers' trainers, trained alike and measured by the same evaluator: EAGLE-3 (default) or
+r"""draftsmith against peers' trainers, trained alike and measured by the same evaluator: EAGLE-3 (default) or
 DFlash (`--family dflash`).
 
     python -m bench.bench_peers --target DIR --out DIR \
