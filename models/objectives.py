@@ -100,17 +100,26 @@ def exp_decay_weights(depths: int, gamma: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def dpace_weights(ce: torch.Tensor, valid: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+def dpace_weights(
+    ce: torch.Tensor, valid: torch.Tensor, alpha: float = 0.5, inclusion: torch.Tensor | None = None
+) -> torch.Tensor:
     """D-PACE per-position weights of chains of D drafts (no gradient).
 
     With q_j = exp(-CE_j) the draft's confidence in slot j's label: q~_j = (1 - alpha) q_j + alpha on valid
     slots and 1 on invalid ones (a multiplicative no-op), C_j = prod_{i<=j} q~_i, and
     w_j = v_j * sum_{m>=j} v_m C_m (the cumulative confidence times the value of continuing the chain).
 
+    Chains whose deeper slots are a random subsample (P-EAGLE's COD sampling) pass each slot's chance of being
+    drawn, pi_j; the sum then runs over the drawn slots with each term divided by its chance given slot j's,
+    w_j = v_j pi_j sum_{m>=j} v_m C_m / pi_m, whose expectation over the draws is the whole chain's weight
+    (Horvitz-Thompson).
+
     Args:
         ce: `[..., D]` per-slot cross-entropy, depth last (any value where `valid` is False).
-        valid: `[..., D]` bool, the slots that are trained.
+        valid: `[..., D]` bool, the slots that are trained (and, subsampled, drawn).
         alpha: the confidence floor, 0 < alpha <= 1 (1 gives w_j = the number of valid slots >= j).
+        inclusion: None (every slot present), or `[..., D]` the chance pi_j > 0 that slot j was drawn (any
+            positive value where `valid` is False).
 
     Returns:
         `[..., D]` float32 weights, 0 on invalid slots.
@@ -119,7 +128,10 @@ def dpace_weights(ce: torch.Tensor, valid: torch.Tensor, alpha: float = 0.5) -> 
     v = valid.bool()
     s = torch.where(v, alpha + (1.0 - alpha) * torch.exp(-ce), torch.ones_like(ce))
     c = torch.cumprod(s, dim=-1) * v
-    return c.flip(-1).cumsum(-1).flip(-1) * v
+    if inclusion is None:
+        return c.flip(-1).cumsum(-1).flip(-1) * v
+    pi = inclusion.detach().float()
+    return (c / pi).flip(-1).cumsum(-1).flip(-1) * pi * v
 
 
 def _slice_lse(x: torch.Tensor) -> torch.Tensor:

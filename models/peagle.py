@@ -136,11 +136,14 @@ def cod_sample(
         generator: a CPU generator (the draw is reproducible from its seed).
 
     Returns:
-        `(anchors [N], depths [N])` long, depth-major, anchors ascending within a depth; position = a + d.
+        `(anchors [N], depths [N], inclusion [N])`: anchors and depths long, depth-major, anchors ascending within
+        a depth (position = a + d); inclusion float, the item's chance of being drawn given its chain's depth-0
+        item, prod_{k<=d} n_k / |candidates_k| (1 at depth 0; D-PACE's inverse-probability weights need it).
     """
     trained = trained.bool().cpu()
     S, M = trained.shape[0], int(trained.sum())
     anchors, depths = [torch.arange(S)], [torch.zeros(S, dtype=torch.long)]
+    inclusion, chance = [torch.ones(S, dtype=torch.float64)], 1.0
     prev = trained.nonzero().flatten()
     for d in range(1, num_depths):
         cand = prev[prev >= d]
@@ -150,9 +153,11 @@ def cod_sample(
         pick = cand if n == cand.numel() else cand[torch.randperm(cand.numel(), generator=generator)[:n]].sort().values
         anchors.append(pick - d)
         depths.append(torch.full((n,), d, dtype=torch.long))
+        chance *= n / cand.numel()
+        inclusion.append(torch.full((n,), chance, dtype=torch.float64))
         nxt = pick + 1
         prev = nxt[nxt < S][trained[nxt[nxt < S]]]
-    return torch.cat(anchors), torch.cat(depths)
+    return torch.cat(anchors), torch.cat(depths), torch.cat(inclusion).float()
 
 
 def item_mask(anchors: torch.Tensor, depths: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -171,7 +171,7 @@ class EagleMethod(TrainingMethod):
         mask = torch.stack(list(masks))
         if self.objective.weighting != "dpace":
             return mask.float()
-        fn = _argmax_ce(draft, self.target.head)
+        fn = argmax_ce(draft, self.target.head)
         out = torch.stack([per_column(fn, (h, f), chunk) for h, f in zip(hidden, finals, strict=True)])
         return chain_weights(out[..., 0], mask & (out[..., 1] > 0), self.objective.dpace_alpha)
 
@@ -197,7 +197,7 @@ def _target_view(draft: Any, target_logits: torch.Tensor) -> tuple[torch.Tensor,
     return target_logits[..., draft.t2d], draft.t2d[target_logits.argmax(-1)]
 
 
-def _argmax_ce(draft: Any, head: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
+def argmax_ce(draft: Any, head: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
     """`(draft state [B, c, H], target state [B, c, H])` -> `[B, c, 2]`: the draft's cross-entropy on the target's
     argmax and whether that argmax is in the draft vocabulary (D-PACE's confidence; no gradient)."""
 

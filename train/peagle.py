@@ -8,9 +8,10 @@ share of the trained columns at each deeper depth, only extending chains drawn a
 all of them in ONE forward with the P-EAGLE mask. Item (a, d) learns the target's distribution of x_{a+d+2},
 exactly EAGLE-3's TTT step d at column a, with EAGLE-3's loss (soft cross-entropy over the draft vocabulary,
 docs/ALGORITHMS.md 5.2) or `objective.loss` (kl, ce, tv, lk_alpha, lk_lambda; docs/ALGORITHMS-BLOCK.md 3);
-terms `depth{d+1}` weigh 1 (the COD counts are the depth weighting) or exp(-d/gamma) under
-`objective.weighting=exp_decay`. Logged per depth on training and held-out data: loss, teacher-forced top-1
-agreement with the target, alpha (sum_v min(p, q)), and `tau_estimate`.
+terms `depth{d+1}` weigh 1 or exp(-d/gamma) under `objective.weighting=exp_decay`; under `dpace` each item
+weighs its D-PACE weight in its anchor's chain, the undrawn deeper items estimated from the drawn ones by their
+chance of being drawn. Logged per depth on training and held-out data: loss, teacher-forced top-1 agreement
+with the target, alpha (sum_v min(p, q)), and `tau_estimate`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from draftsmith.models.chunking import (
 from draftsmith.models.eagle3 import build_vocab_map, default_feature_layers
 from draftsmith.models.errors import run_main
 from draftsmith.models.losses import soft_cross_entropy
-from draftsmith.models.objectives import ObjectiveConfig, token_objective
+from draftsmith.models.objectives import ObjectiveConfig, dpace_weights, per_column, token_objective
 from draftsmith.models.parts import shift_left
 from draftsmith.models.peagle import PEagleConfig, PEagleDraft, cod_sample, pick_mask_token
 from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
@@ -47,7 +48,7 @@ from draftsmith.train.core.method import TrainingMethod
 from draftsmith.train.core.metrics import chain_tau_estimate
 from draftsmith.train.core.recipe import Recipe
 from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
-from draftsmith.train.eagle import assistant_token_counts, format_step_table
+from draftsmith.train.eagle import argmax_ce, assistant_token_counts, format_step_table
 
 EVAL_STEP = -1  # held-out batches draw their items as if at this step: the same items at every evaluation
 
@@ -85,21 +86,25 @@ def row_seed(seed: int, step: int, ids: torch.Tensor) -> int:
 
 
 def batch_items(batch: dict[str, torch.Tensor], config: PEagleConfig, seed: int, step: int) -> dict[str, torch.Tensor]:
-    """COD items of every row, padded: `{"items_anchor", "items_depth", "items_valid"}` `[B, N]`."""
+    """COD items of every row, padded: `{"items_anchor", "items_depth", "items_valid", "items_inclusion"}`
+    `[B, N]` (inclusion: `cod_sample`'s chance of each item being drawn, 1 on padding)."""
     trained = trained_columns(batch).cpu()
     lengths = batch["attention_mask"].sum(1).tolist()
     rows = []
     for b, S in enumerate(int(n) for n in lengths):
         gen = torch.Generator().manual_seed(row_seed(seed, step, batch["input_ids"][b, :S]))
         rows.append(cod_sample(trained[b, :S], config.num_depths, config.cod_ratio, config.cod_min_ratio, gen))
-    N = max(a.numel() for a, _ in rows)
+    N = max(a.numel() for a, *_ in rows)
     device = batch["input_ids"].device
     anchors = torch.zeros(len(rows), N, dtype=torch.long)
     depths = torch.zeros_like(anchors)
     valid = torch.zeros(len(rows), N, dtype=torch.bool)
-    for b, (a, d) in enumerate(rows):
-        anchors[b, : a.numel()], depths[b, : a.numel()], valid[b, : a.numel()] = a, d, True
-    return {"items_anchor": anchors.to(device), "items_depth": depths.to(device), "items_valid": valid.to(device)}
+    inclusion = torch.ones(len(rows), N)
+    for b, (a, d, pi) in enumerate(rows):
+        n = a.numel()
+        anchors[b, :n], depths[b, :n], valid[b, :n], inclusion[b, :n] = a, d, True, pi
+    return {"items_anchor": anchors.to(device), "items_depth": depths.to(device), "items_valid": valid.to(device),
+            "items_inclusion": inclusion.to(device)}  # fmt: skip
 
 
 def item_targets(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,16 +118,43 @@ def item_targets(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Te
     return weights, (anchors + depths + 1).clamp(max=T - 1)
 
 
+def item_dpace_weights(
+    ce: torch.Tensor, valid: torch.Tensor, batch: dict[str, torch.Tensor], num_depths: int, alpha: float
+) -> torch.Tensor:
+    """D-PACE weights `[B, N]` of COD items: the chain of anchor a is its items (a, 0), (a, 1), ... (COD draws
+    prefixes: an item's parent is always drawn), and `dpace_weights` with each item's `items_inclusion` stands in
+    for the deeper items COD did not draw (its expectation is the weight of the whole chain).
+
+    Args:
+        ce: `[B, N]` each item's cross-entropy on its label; valid: `[B, N]` bool, the items that train.
+    """
+    B, N = ce.shape
+    valid = valid & batch["items_valid"]
+    rows = torch.arange(B, device=ce.device)[:, None].expand(B, N)[valid]
+    where = (rows, batch["items_anchor"][valid], batch["items_depth"][valid])
+    shape = (B, int(batch["items_anchor"].max()) + 1, num_depths)
+    grid_ce = torch.zeros(shape, device=ce.device)
+    grid_valid = torch.zeros(shape, dtype=torch.bool, device=ce.device)
+    grid_pi = torch.ones(shape, device=ce.device)  # any positive value off the drawn items
+    grid_ce[where], grid_valid[where] = ce[valid].float(), True
+    grid_pi[where] = batch["items_inclusion"][valid].float()
+    weights = torch.zeros(B, N, device=ce.device)
+    weights[valid] = dpace_weights(grid_ce, grid_valid, alpha, grid_pi)[where]
+    return weights
+
+
 def depth_loss(
     draft_logits: torch.Tensor, target_logits: torch.Tensor, weights: torch.Tensor, depths: torch.Tensor,
     t2d: torch.Tensor, num_depths: int, objective: ObjectiveConfig | None = None,
+    scale: torch.Tensor | None = None,
 ) -> ChunkResult:  # fmt: skip
     """EAGLE-3's step loss (models/losses.py `eagle3_step_loss`) of items of mixed depths, summed per depth, or
     `objective.loss` of models/objectives.py against the same distribution (`ce`: its argmax).
 
     Args:
         draft_logits: `[B, c, Vd]`; target_logits: `[B, c, V]` aligned with the items; weights: `[B, c]` bool;
-        depths: `[B, c]`; t2d: `[V]` bool; objective: None or `loss: null` = EAGLE-3's soft cross-entropy.
+        depths: `[B, c]`; t2d: `[V]` bool; objective: None or `loss: null` = EAGLE-3's soft cross-entropy;
+        scale: None, or `[B, c]` each item's weight in the loss sums (D-PACE); the counts and metrics ignore it.
 
     Returns:
         `(loss sums [D], counts [D], {"top1": [D], "alpha": [D]})`: positions whose target argmax is outside the
@@ -143,6 +175,8 @@ def depth_loss(
             p.argmax(-1).reshape(-1), kappa=objective.lk_kappa,
         )  # fmt: skip
         ce, alpha = ce.view(keep.shape), alpha.view(keep.shape)
+    if scale is not None:
+        ce = ce * scale
     sums = (ce * keep.float())[..., None].mul(onehot).sum((0, 1))
     top1 = onehot.new_zeros(num_depths)
     accept = onehot.new_zeros(num_depths)
@@ -208,8 +242,14 @@ class PEagleMethod(TrainingMethod):
         final = feats["final"][rows, columns]  # the target's state whose logits are each item's label
         draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
         chunk = chunk_positions(g.shape[0], self.loss_chunk)
+        scale = weights.float()
+        if self.objective.weighting == "dpace":  # the draft's CE on the target's argmax, one chunk at a time
+            out = per_column(argmax_ce(draft, self.target.head), (hidden, final), chunk)
+            valid = weights & (out[..., 1] > 0)  # an argmax outside the draft vocabulary: an untrained slot
+            alpha = self.objective.dpace_alpha
+            scale = item_dpace_weights(out[..., 0], valid, batch, self.config.num_depths, alpha)
         fn = _chunk_fn(draft, self.target.head, self.objective)
-        sums, _, metrics = chunked_loss(fn, (hidden, final, weights, depths), chunk)
+        sums, _, metrics = chunked_loss(fn, (hidden, final, weights, depths, scale), chunk)
         return sums, metrics
 
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
@@ -226,14 +266,15 @@ class PEagleMethod(TrainingMethod):
 def _chunk_fn(
     draft: PEagleDraft, head: Callable[[torch.Tensor], torch.Tensor], objective: ObjectiveConfig
 ) -> Callable[..., ChunkResult]:
-    """The loss of a chunk of items: `(outputs [B, c, H], target states [B, c, H], weights, depths [B, c])`."""
+    """The loss of a chunk of items: `(outputs [B, c, H], target states [B, c, H], weights, depths, scale [B, c])`."""
 
-    def fn(hidden: torch.Tensor, final: torch.Tensor, weights: torch.Tensor, depths: torch.Tensor) -> ChunkResult:
+    def fn(
+        hidden: torch.Tensor, final: torch.Tensor, weights: torch.Tensor, depths: torch.Tensor, scale: torch.Tensor
+    ) -> ChunkResult:
         with torch.no_grad():
             target_logits = head(final)
-        return depth_loss(
-            draft.logits(hidden), target_logits, weights, depths, draft.t2d, draft.config.num_depths, objective
-        )
+        D = draft.config.num_depths
+        return depth_loss(draft.logits(hidden), target_logits, weights, depths, draft.t2d, D, objective, scale)
 
     return fn
 
@@ -265,11 +306,6 @@ def cache_layers(cfg: PEagleRecipe, target: FrozenTarget) -> list[LayerId]:
 
 def build_method(cfg: PEagleRecipe, target: FrozenTarget, data: DataBundle) -> PEagleMethod:
     target.check_layer_ids(cfg.draft.feature_layers or [])
-    if cfg.objective.weighting == "dpace":
-        raise ValueError(
-            "objective.weighting=dpace needs whole chains of drafts, and P-EAGLE's COD sampling keeps a thinning "
-            "share of each depth: use fixed (the COD counts) or exp_decay"
-        )
     return PEagleMethod(target, build_draft(cfg, target, data.train), cfg.seed, objective=cfg.objective)
 
 

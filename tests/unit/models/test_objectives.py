@@ -242,6 +242,39 @@ def test_dpace_invalid_slots_are_multiplicative_no_ops():
     assert float(w[~valid].abs().sum()) == 0.0
 
 
+def test_dpace_inclusion_of_one_is_the_plain_weight():
+    ce = torch.rand(3, 5, generator=torch.Generator().manual_seed(2)) * 2
+    valid = torch.rand(3, 5, generator=torch.Generator().manual_seed(3)) > 0.3
+    torch.testing.assert_close(dpace_weights(ce, valid, 0.4, torch.ones(3, 5)), dpace_weights(ce, valid, 0.4))
+
+
+@pytest.mark.parametrize("D", [2, 5])
+def test_dpace_of_subsampled_chains_is_unbiased(D):
+    """Exact enumeration: slot m of a D-slot chain is drawn iff slot m-1 was and a coin of chance r_m lands
+    (pi_m = prod r). For every slot j, the mean of the estimated weight over the drawn chain lengths, given that
+    j was drawn, is the whole chain's weight."""
+    ce = torch.rand(D, generator=torch.Generator().manual_seed(D)).double() * 2
+    r = torch.tensor([1.0, *torch.linspace(0.9, 0.3, D - 1).tolist()], dtype=torch.float64)
+    pi = torch.cumprod(r, 0)
+    full = dpace_weights(ce, torch.ones(D, dtype=torch.bool), 0.5).double()
+    for j in range(D):
+        mean = 0.0
+        for length in range(j + 1, D + 1):  # chains of `length` drawn slots; P(length | j drawn)
+            stop = 1 - r[length] if length < D else 1.0
+            chance = float(pi[length - 1] / pi[j] * stop)
+            drawn = torch.arange(D) < length
+            mean += chance * float(dpace_weights(ce, drawn, 0.5, pi.float())[j])
+        assert math.isclose(mean, float(full[j]), rel_tol=1e-5), (j, mean, float(full[j]))
+
+
+def test_dpace_inclusion_by_hand():
+    """Slots 0, 1 drawn with chances 1, 1/2, CE = (0, ln 2), alpha = 0.5: C = (1, 3/4);
+    w_0 = 1 * (1 + (3/4) / (1/2)) = 2.5, w_1 = (1/2) * (3/4) / (1/2) = 3/4; slot 2 was not drawn."""
+    ce = torch.tensor([0.0, math.log(2), 0.0])
+    w = dpace_weights(ce, torch.tensor([True, True, False]), 0.5, torch.tensor([1.0, 0.5, 0.25]))
+    torch.testing.assert_close(w, torch.tensor([2.5, 0.75, 0.0]))
+
+
 def test_dpace_weights_carry_no_gradient():
     ce = torch.rand(2, 4, requires_grad=True)
     w = dpace_weights(ce, torch.ones(2, 4, dtype=torch.bool))

@@ -18,7 +18,7 @@ from draftsmith.eval.tree import parse_tree
 from draftsmith.models.losses import eagle3_step_loss
 from draftsmith.models.peagle import PEagleConfig, PEagleDraft, cod_sample, item_mask, pick_mask_token
 from draftsmith.train.eagle import step_masks
-from draftsmith.train.peagle import PEagleMethod, batch_items, depth_loss, item_targets
+from draftsmith.train.peagle import PEagleMethod, batch_items, depth_loss, item_dpace_weights, item_targets
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "recipes"))  # tests/recipes/_run.py
 V, H = 48, 32
@@ -59,7 +59,7 @@ def _trained(S: int, seed: int) -> torch.Tensor:
 def test_cod_items_extend_chains_and_follow_the_schedule(seed):
     S, D, r, r_min = 40, 6, 0.8, 0.3
     trained = _trained(S, seed)
-    anchors, depths = cod_sample(trained, D, r, r_min, torch.Generator().manual_seed(seed))
+    anchors, depths, _ = cod_sample(trained, D, r, r_min, torch.Generator().manual_seed(seed))
     items = list(zip(anchors.tolist(), depths.tolist(), strict=True))
     assert items[:S] == [(t, 0) for t in range(S)]  # depth 0: every column, in order
     assert depths.tolist() == sorted(depths.tolist())  # depth-major: a parent comes before its children
@@ -82,7 +82,7 @@ def test_cod_items_extend_chains_and_follow_the_schedule(seed):
 def test_cod_with_ratio_one_keeps_every_chain():
     trained = torch.ones(10, dtype=torch.bool)
     trained[-1] = False
-    anchors, depths = cod_sample(trained, 4, 1.0, 0.0, torch.Generator().manual_seed(0))
+    anchors, depths, _ = cod_sample(trained, 4, 1.0, 0.0, torch.Generator().manual_seed(0))
     want = {(a, d) for d in range(4) for a in range(10) if d == 0 or a + d <= 8}
     assert set(zip(anchors.tolist(), depths.tolist(), strict=True)) == want
 
@@ -91,7 +91,7 @@ def test_cod_with_ratio_one_keeps_every_chain():
 
 
 def test_item_mask_equals_the_rule_pair_by_pair():
-    anchors, depths = cod_sample(_trained(12, 3), 4, 0.7, 0.2, torch.Generator().manual_seed(1))
+    anchors, depths, _ = cod_sample(_trained(12, 3), 4, 0.7, 0.2, torch.Generator().manual_seed(1))
     n = anchors.numel()
     pad = 3
     A = torch.cat([anchors, torch.zeros(pad, dtype=torch.long)])[None]
@@ -119,7 +119,7 @@ def test_training_items_equal_one_pass_inference(llama):
     g, ids = torch.randn(1, T, 3 * H), torch.randint(0, V, (1, T))
     trained = torch.ones(T, dtype=torch.bool)
     trained[-1] = False
-    anchors, depths = cod_sample(trained, D, 1.0, 0.0, torch.Generator())
+    anchors, depths, _ = cod_sample(trained, D, 1.0, 0.0, torch.Generator())
     logits = draft.logits(draft(g, ids, anchors[None], depths[None], torch.ones(1, anchors.numel(), dtype=torch.bool)))[0]
     drafter = PEagleDrafter(draft)
     drafter.start()
@@ -213,6 +213,116 @@ def test_method_terms_count_each_depths_items(tiny_random_target):
     assert counts[0] == 19 + 14 and 0 < counts[2] < counts[1] < counts[0]
     sums, metrics = method.loss_terms(draft, prepared)
     assert sums.shape == (3,) and torch.isfinite(sums).all() and (metrics["top1"] <= counts).all()
+
+
+# ---- D-PACE on COD items ---------------------------------------------------------------------------------
+
+
+def dpace_items_loop(anchors, depths, inclusion, ce, valid, alpha: float) -> list[float]:
+    """D-PACE weight of each item, written out: the chain of anchor a is its drawn items by depth; w_j = pi_j
+    sum_{m>=j valid} C_m / pi_m with C_m the product of q~ = (1 - alpha) exp(-CE) + alpha over its valid slots."""
+    chains: dict[int, dict[int, int]] = {}
+    for i, (a, d) in enumerate(zip(anchors.tolist(), depths.tolist(), strict=True)):
+        chains.setdefault(a, {})[d] = i
+    out = [0.0] * len(anchors)
+    for slots in chains.values():
+        c, prod = {}, 1.0
+        for d in sorted(slots):
+            i = slots[d]
+            if valid[i]:
+                prod *= (1 - alpha) * math.exp(-float(ce[i])) + alpha
+                c[d] = prod
+        for d, i in slots.items():
+            if valid[i]:
+                out[i] = float(inclusion[i]) * sum(c[m] / float(inclusion[slots[m]]) for m in c if m >= d)
+    return out
+
+
+@pytest.mark.parametrize(("ratio", "seed"), [(1.0, 0), (0.7, 1), (0.7, 2)])
+def test_item_dpace_weights_equal_the_chains_written_out(ratio, seed):
+    """Padded rows of COD items, some slots untrained mid-chain, against the loop."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [cod_sample(_trained(S, seed + S), 5, ratio, 0.2, g) for S in (30, 22)]
+    N = max(a.numel() for a, *_ in rows)
+    batch = {"items_anchor": torch.zeros(2, N, dtype=torch.long), "items_depth": torch.zeros(2, N, dtype=torch.long),
+             "items_valid": torch.zeros(2, N, dtype=torch.bool), "items_inclusion": torch.ones(2, N)}  # fmt: skip
+    for b, (a, d, pi) in enumerate(rows):
+        n = a.numel()
+        batch["items_anchor"][b, :n], batch["items_depth"][b, :n] = a, d
+        batch["items_valid"][b, :n], batch["items_inclusion"][b, :n] = True, pi
+    # ratio 1 keeps all but a chain or two (n_d = M - d); 0.7 thins the deep items
+    assert float(batch["items_inclusion"].min()) > 0.9 if ratio == 1.0 else float(batch["items_inclusion"].min()) < 0.5
+    ce = torch.rand(2, N, generator=g) * 3
+    valid = batch["items_valid"] & (torch.rand(2, N, generator=g) > 0.15)  # some untrained slots mid-chain
+    got = item_dpace_weights(ce, valid, batch, 5, 0.6)
+    for b, (a, d, pi) in enumerate(rows):
+        n = a.numel()
+        want = dpace_items_loop(a, d, pi, ce[b, :n], valid[b, :n], 0.6)
+        torch.testing.assert_close(got[b, :n], torch.tensor(want), rtol=1e-5, atol=1e-6)
+        assert float(got[b, n:].abs().sum()) == 0.0  # padding weighs nothing
+
+
+def test_cod_inclusion_makes_dpace_unbiased():
+    """Monte Carlo over 600 COD draws of one sequence: the mean estimated weight of each drawn slot, averaged over
+    the slots of a depth, is the weight of the whole chains (ratio 1 +- 0.01); without the inclusion (chances of
+    1) the ratio is 0.75 at depth 1 and 0.92 at depth 5."""
+    from draftsmith.models.objectives import dpace_weights
+
+    S, D = 40, 6
+    trained = torch.ones(S, dtype=torch.bool)
+    trained[-1] = False
+    ce = torch.rand(S, D, generator=torch.Generator().manual_seed(0)) * 2
+    whole = torch.tensor([[a + d <= S - 2 for d in range(D)] for a in range(S)])
+    full = dpace_weights(ce, whole, 0.5)
+    total, count = torch.zeros(S, D), torch.zeros(S, D)
+    for seed in range(600):
+        a, d, pi = cod_sample(trained, D, 0.8, 0.2, torch.Generator().manual_seed(seed))
+        drawn, chance = torch.zeros(S, D, dtype=torch.bool), torch.ones(S, D)
+        drawn[a, d], chance[a, d] = True, pi
+        total += dpace_weights(ce, drawn, 0.5, chance) * drawn
+        count += drawn
+    for d in range(D):
+        seen = whole[:, d] & (count[:, d] > 30)
+        ratio = float((total[seen, d] / count[seen, d] / full[seen, d]).mean())
+        assert abs(ratio - 1) < 0.01, (d, ratio)
+
+
+def test_dpace_terms_equal_the_items_weighted_loss(tiny_random_target):
+    """`objective: {loss: ce, weighting: dpace}`: each depth's sum is sum_items w * CE(draft, target argmax), with
+    the items' CE from whole logits and w from the chains written out (the method computes both in chunks)."""
+    from draftsmith.models.objectives import ObjectiveConfig
+
+    target = tiny_random_target
+    cfg = PEagleConfig(feature_layers=[1, 2, 3], num_layers=2, num_depths=4, mask_token_id=0, mask_embedding="frozen",
+                       cod_ratio=0.6, cod_min_ratio=0.1)  # fmt: skip
+    torch.manual_seed(0)
+    draft = PEagleDraft(cfg, target.model.config, target.vocab_size)
+    _randomize(draft, 2)
+    draft.attach_target(target.embed_tokens, target.head)
+    objective = ObjectiveConfig(loss="ce", weighting="dpace", dpace_alpha=0.4)
+    method = PEagleMethod(target, draft, seed=0, loss_chunk=8, objective=objective)
+    ids = torch.randint(0, target.vocab_size, (2, 24), generator=torch.Generator().manual_seed(1))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": torch.ones_like(ids)}
+    batch["attention_mask"][1, 18:] = 0
+    batch["loss_mask"][1, 18:] = 0
+    prepared = method.prepare_batch(draft, batch, step=5, micro_batch=0, rank=0)
+    sums, _ = method.loss_terms(draft, prepared)
+    with torch.no_grad():
+        feats, _ = target.batch_features(prepared, (1, 2, 3, "final"))
+        g = torch.cat([feats[i] for i in (1, 2, 3)], dim=-1)
+        hidden = draft(g, ids, prepared["items_anchor"], prepared["items_depth"], prepared["items_valid"])
+        weights, columns = item_targets(prepared)
+        labels = target.head(feats["final"][torch.arange(2)[:, None], columns]).argmax(-1)
+        ce = torch.nn.functional.cross_entropy(draft.logits(hidden).transpose(1, 2), labels, reduction="none")
+    want = torch.zeros(4, dtype=torch.float64)
+    for b in range(2):
+        keep = prepared["items_valid"][b]
+        a, d, pi = (prepared[k][b][keep] for k in ("items_anchor", "items_depth", "items_inclusion"))
+        w = dpace_items_loop(a, d, pi, ce[b][keep], weights[b][keep], 0.4)
+        for i in range(int(keep.sum())):
+            want[int(d[i])] += w[i] * float(ce[b][keep][i])
+    torch.testing.assert_close(sums.double(), want, rtol=1e-4, atol=1e-4)
+    assert float(prepared["items_inclusion"].min()) < 1.0  # COD thinned the deep items
 
 
 # ---- the mask token -------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from draftsmith.models.target import FrozenTarget
 from draftsmith.train import eagle as eagle_script
 from draftsmith.train import medusa as medusa_script
 from draftsmith.train import mtp as mtp_script
+from draftsmith.train import peagle as peagle_script
 from draftsmith.train.eagle import EagleMethod, _Eagle3Train, step_masks
 from draftsmith.train.medusa import Medusa2Method, MedusaMethod
 from draftsmith.train.mtp import MTPMethod, depth_masks
@@ -322,18 +323,25 @@ def test_medusa2_trains_with_every_objective_and_every_weighting():
         assert all(math.isfinite(x) for x in losses), (loss, weighting, losses)
 
 
-@pytest.mark.parametrize("script", [medusa_script, eagle_script, mtp_script])
-def test_recipes_read_the_section_and_methods_get_it(target, script):
+class _SizedTokenizer(SimpleNamespace):
+    def __len__(self) -> int:
+        return V
+
+
+@pytest.mark.parametrize("script", [medusa_script, eagle_script, mtp_script, peagle_script])
+def test_recipes_read_the_section_and_methods_get_it(target, script, monkeypatch):
     cfg = load_config(script.RECIPE, None, ["objective.loss=lk_lambda", "objective.weighting=dpace"])
     if script is medusa_script:
         cfg.draft.num_heads = 2
-    if script is eagle_script:
+    if script in (eagle_script, peagle_script):
         cfg.draft.feature_layers = [1, 2, 3]  # the 4-layer target has no default taps
+    if script is peagle_script:  # P-EAGLE picks its mask token by the tokenizer's length
+        monkeypatch.setattr(target, "tokenizer", _SizedTokenizer(**vars(target.tokenizer)))
     method = script.build_method(cfg, target, SimpleNamespace(train=[]))
     assert method.objective == ObjectiveConfig(loss="lk_lambda", weighting="dpace")
 
 
-@pytest.mark.parametrize("script", [medusa_script, eagle_script, mtp_script])
+@pytest.mark.parametrize("script", [medusa_script, eagle_script, mtp_script, peagle_script])
 def test_a_bad_objective_is_one_error_line(script, capsys):
     with pytest.raises(SystemExit) as info:
         script.main(["target.path=unused", "objective.loss=foo"])
