@@ -8,7 +8,8 @@ acceptance losses").
 
 Every drafter is trained by its toy recipe on the same conversations for one epoch (equal training tokens:
 the recipes share `data.max_samples`, `data.max_len` and the micro-batch), then measured by the same
-evaluator on the same held-out prompts at T=0 and T=1, as a chain of depth 5 and as its tree (the EAGLE-2
+evaluator on the same held-out prompts at T=0 and T=1, as a chain of depth 5 (Medusa and MTP: as deep as their
+heads / modules reach, when fewer) and as its tree (the EAGLE-2
 dynamic tree `dynamic:4:16` for EAGLE-1 / EAGLE-3, `topk:3` for the others; P-EAGLE drafts chains only). The
 T=0 chain cell also checks that the output equals plain greedy decoding.
 DFlash is also measured at depth 7, the whole block its one pass drafts. Reported per cell: tau, its standard
@@ -65,6 +66,16 @@ def _tree(name: str) -> str | None:
     return TREES.get(name.split("-")[0] if name.startswith("eagle3") else name, "topk:3")
 
 
+def _depth(spec: str) -> int:
+    """5, or fewer for a drafter that drafts fewer tokens ahead (Medusa's heads, MTP's modules)."""
+    if spec == "ngram":
+        return 5
+    from draftsmith.models.checkpoint import read_drafter_config
+
+    drafter = read_drafter_config(spec)["drafter"]
+    return min(5, drafter.get("num_heads") or drafter.get("num_modules") or 5)
+
+
 def evaluate_all(args: argparse.Namespace) -> None:
     from draftsmith.eval.acceptance import EvalArgs, evaluate
 
@@ -72,14 +83,15 @@ def evaluate_all(args: argparse.Namespace) -> None:
     done = {(r["name"], r["tree"], r["depth"], r["temperature"]) for r in _read(results)}
     for name in _names(args.only):
         spec = "ngram" if name == "ngram" else str(args.out / name / "final")
-        cells = [("chain", 5), *([(t, 5)] if (t := _tree(name)) else []),
+        d = _depth(spec)
+        cells = [("chain", d), *([(t, d)] if (t := _tree(name)) else []),
                  *([("chain", EXTRA_DEPTH[name])] if name in EXTRA_DEPTH else [])]  # fmt: skip
         for tree, depth in cells:
             for temperature in (0.0, 1.0):
                 if (name, tree, depth, temperature) in done:
                     continue
                 # The T=0 chain cell also decodes plainly: the lossless check (and the plain tokens/s).
-                check = temperature == 0.0 and tree == "chain" and depth == 5
+                check = temperature == 0.0 and tree == "chain" and depth == d
                 r = evaluate(EvalArgs(target=args.target, drafter=spec, data=args.eval_data,
                                       num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
                                       depth=depth, tree=tree, temperature=temperature, baseline=check,
@@ -102,7 +114,7 @@ def speed(args: argparse.Namespace) -> None:
         if spec != "ngram" and not Path(spec).is_dir():
             continue
         r = evaluate(EvalArgs(target=args.target, drafter=spec, data=args.eval_data, num_prompts=args.num_prompts,
-                              max_new_tokens=args.max_new_tokens, depth=5, tree="chain", temperature=0.0,
+                              max_new_tokens=args.max_new_tokens, depth=_depth(spec), tree="chain", temperature=0.0,
                               baseline=True, check_lossless=False, progress=False))  # fmt: skip
         keys = ("tau", "tokens_per_s", "baseline_tokens_per_s", "speedup", "draft_time_s", "verify_time_s")
         print(json.dumps({"name": name, **{k: r[k] for k in keys}}), flush=True)
@@ -141,13 +153,14 @@ def table(args: argparse.Namespace) -> str:
             decode = f"{c0['alpha']:.3f} | {c0['tokens_per_s']:.1f}" if c0 else "- | -"
             step = f"{st:.2f} s" if st else "-"
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {decode} | {step} |")
-    depth_rows = ["", "Acceptance by depth (T=0 chain, depth 5):", "",
+    depth_rows = ["", "Acceptance by depth (T=0 chain, depth 5 or the drafter's deepest):", "",
                   "| drafter | 1 | 2 | 3 | 4 | 5 |", "|---|---|---|---|---|---|"]  # fmt: skip
     for name in names:
-        r = by.get((name, True, 5, 0.0))
+        r = by.get((name, True, min(x["depth"] for x in rows if x["name"] == name), 0.0))
         if r:
+            accept = [*r["acceptance_by_depth"], *[None] * (5 - len(r["acceptance_by_depth"]))]
             depth_rows.append(f"| {name} | " + " | ".join(f"{a:.2f}" if a is not None else "-"
-                                                          for a in r["acceptance_by_depth"]) + " |")  # fmt: skip
+                                                          for a in accept[:5]) + " |")  # fmt: skip
     return "\n".join(lines + depth_rows)
 
 

@@ -58,7 +58,8 @@ import modelopt.torch.opt as mto
 import modelopt.torch.speculative as mtsp
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback
+from _hf_trainer import AccuracyTrainer, StepLogger, collate  # the sibling bench/peers/_hf_trainer.py
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 IGNORE = -100
 
@@ -135,45 +136,6 @@ class FixedLenDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return self.items[i]
-
-
-def collate(batch):
-    return {k: torch.stack([b[k] for b in batch]) for k in batch[0]}
-
-
-class DFlashTrainer(Trainer):
-    """Keeps ModelOpt's train accuracy (slot-averaged top-1 vs the data token) for the log."""
-
-    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
-        kwargs.pop("num_items_in_batch", None)
-        outputs = model(**inputs)
-        self._last_acc = outputs.train_acc
-        return (outputs.loss, outputs) if return_outputs else outputs.loss
-
-
-class StepLogger(TrainerCallback):
-    def __init__(self, trainer_ref, every):
-        self.t0 = None
-        self.times = []
-        self.records = []
-        self.trainer_ref = trainer_ref
-        self.every = every
-
-    def on_step_begin(self, args, state, control, **kw):
-        self.t0 = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kw):
-        dt = time.perf_counter() - self.t0
-        self.times.append(dt)
-        acc = getattr(self.trainer_ref[0], "_last_acc", None)
-        self.records.append({"step": state.global_step, "sec": dt, "train_acc": acc})
-        if state.global_step % self.every == 0:
-            print(f"step {state.global_step}: {dt:.3f}s  acc={acc}", flush=True)
-
-    def on_log(self, args, state, control, logs=None, **kw):
-        if logs and "loss" in logs:
-            self.records.append({"step": state.global_step, "log": logs})
-            print(f"log step {state.global_step}: {logs}", flush=True)
 
 
 def main():
@@ -257,8 +219,8 @@ def main():
         disable_tqdm=True,
     )
     ref = [None]
-    logger = StepLogger(ref, a.log_every)
-    trainer = DFlashTrainer(
+    logger = StepLogger(ref, a.log_every, 'acc')
+    trainer = AccuracyTrainer(
         model=model, args=targs, train_dataset=ds, data_collator=collate, callbacks=[logger]
     )
     ref[0] = trainer
