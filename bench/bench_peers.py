@@ -113,6 +113,10 @@ def main() -> int:
     dflash.add_argument(
         "--dflash-loss", default="kl", help="draftsmith's objective.loss (ModelOpt distils: kl)"
     )
+    parser.add_argument(
+        "--peers", default=None,
+        help="comma-separated peers to compare (default: every peer of the family whose --*-python is given)",
+    )  # fmt: skip
     parser.add_argument("--num-prompts", type=int, default=20)
     parser.add_argument(
         "--train", default="all",
@@ -133,6 +137,12 @@ def main() -> int:
 
     family = PEERS[args.family]
     peers = {name: p for name, p in family.items() if getattr(args, p["python"])}
+    if args.peers:
+        unknown = set(args.peers.split(",")) - set(peers)
+        if unknown:
+            parser.error(f"--peers {args.peers}: {', '.join(sorted(unknown))} is not a {args.family} peer whose python "
+                         f"was given (available: {', '.join(peers) or 'none'})")  # fmt: skip
+        peers = {name: p for name, p in peers.items() if name in args.peers.split(",")}
     if not peers:
         parser.error(f"pass the python of a {args.family} peer's virtual environment: "
                      + ", ".join(sorted({"--" + p["python"].replace("_", "-") for p in family.values()})))  # fmt: skip
