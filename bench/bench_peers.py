@@ -3,26 +3,32 @@ DFlash (`--family dflash`).
 
     python -m bench.bench_peers --target DIR --out DIR \
         --modelopt-python /tmp/peers/venv/bin/python --speculators-python /tmp/peers/spec-venv/bin/python
-    python -m bench.bench_peers --family dflash --target DIR --out DIR --modelopt-python /tmp/peers/venv/bin/python
+    python -m bench.bench_peers --family dflash --target DIR --out DIR --modelopt-python /tmp/peers/venv/bin/python \
+        --speculators-python /tmp/peers/spec-venv/bin/python
 
 Peers live in their own virtual environments (never dependencies of draftsmith); this script drives them
 through `bench/peers/*.py` with each environment's python:
 - NVIDIA ModelOpt 0.47: `pip install torch==2.13.0 "transformers<5.15" "nvidia-modelopt==0.47.*" requests
   accelerate datasets`. EAGLE-3 through bench/peers/modelopt_eagle3.py, DFlash through
   bench/peers/modelopt_dflash.py.
-- vLLM speculators 0.9 (EAGLE-3 only): `pip install torch==2.13.0 transformers==5.19.0 "datasets<=5.1"
-  accelerate` plus speculators' pure-python requirements, then `pip install --no-deps speculators==0.9.0` (it
-  requires torchvision / torchaudio, which have no CPU build here and which its EAGLE-3 trainer never imports).
-  Trained twice: with its default optimizer (Muon) and with AdamW (draftsmith's). Its 0.9 default
-  architecture adds three norms that EAGLE-3 does not have; the driver trains the EAGLE-3 architecture
-  (`--arch classic`), the one the converter can map (bench/peers/speculators_eagle3.py explains).
+- vLLM speculators 0.9: `pip install torch==2.13.0 transformers==5.19.0 "datasets<=5.1" accelerate` plus
+  speculators' pure-python requirements (aiohttp click httpx huggingface-hub loguru numpy openai protobuf psutil
+  pydantic pydantic-settings rich safetensors tqdm typer, and `--no-deps hs-connectors==0.9.0`), then
+  `pip install --no-deps speculators==0.9.0` (it requires torchvision / torchaudio, which have no CPU build
+  here and which its trainers never import). EAGLE-3 through bench/peers/speculators_eagle3.py, trained twice:
+  with its default optimizer (Muon) and with AdamW (draftsmith's). Its 0.9 default EAGLE-3 architecture adds
+  three norms that EAGLE-3 does not have; the driver trains the EAGLE-3 architecture (`--arch classic`), the
+  one the converter can map. DFlash through bench/peers/speculators_dflash.py, with AdamW and every draft
+  layer full attention (its default sliding-window layers attend causally inside the block; that file
+  explains).
 
 Both see the same target, the same training samples (draftsmith's pipeline renders and truncates them; the
 peer gets the token ids and answer masks as JSONL, padded to one length as ModelOpt requires), the same
 number of optimizer steps, batch size, learning-rate peak and warm-up. EAGLE-3: the same TTT depth and
 draft-vocabulary size; each keeps its own loss weighting and vocabulary selection. DFlash: the same block
 size, draft layers, taps, anchors per sequence, mask token and slot weights exp(-(k-1)/gamma); draftsmith
-trains against the target's distribution (`objective.loss=kl`, as ModelOpt's default distillation does).
+trains against the target's distribution (`objective.loss=kl`, as ModelOpt's default distillation does, and
+speculators with `--loss-fn kl_div`).
 ModelOpt 0.47 takes exactly one tap per draft layer, so both default to z-lab's spread for --draft-layers
 (the 8-layer toy target, 2 layers: canonical 2, 6, ModelOpt's outputs 1, 5) instead of the toy recipe's three
 taps. The peer's export is converted (bench/convert_peers.py) and both drafters are measured by draftsmith's
@@ -78,6 +84,7 @@ PEERS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "dflash": {
         "modelopt": {"python": "modelopt_python", "script": "modelopt_dflash.py", "args": []},
+        "speculators": {"python": "speculators_python", "script": "speculators_dflash.py", "args": []},
     },
 }  # fmt: skip
 TREES = {"eagle3": ("chain", "dynamic:4:16"), "dflash": ("chain", "topk:3")}
@@ -121,12 +128,12 @@ def main() -> int:
     parser.add_argument(
         "--train", default="all",
         help="comma-separated drafters to (re)train (draftsmith, modelopt, speculators-muon, speculators-adamw; "
-        "DFlash: draftsmith, modelopt), 'all' (default) or 'none': the others are reused from --out",
+        "DFlash: draftsmith, modelopt, speculators), 'all' (default) or 'none': the others are reused from --out",
     )  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    from bench.convert_peers import modelopt_dflash, modelopt_eagle3, speculators_eagle3
+    from bench.convert_peers import modelopt_dflash, modelopt_eagle3, speculators_dflash, speculators_eagle3
     from draftsmith.eval.acceptance import EvalArgs, evaluate
     from draftsmith.eval.drafters import load_drafter_spec
     from draftsmith.models.dflash import default_feature_layers, pick_mask_token
@@ -172,11 +179,16 @@ def main() -> int:
             ]  # fmt: skip
             if args.family == "eagle3":
                 cmd += ["--ttt-steps", str(args.ttt_steps), "--draft-vocab-size", str(args.draft_vocab_size)]
-            else:  # ModelOpt's ids name layer OUTPUTS: canonical - 1
+            else:
                 cmd += ["--block-size", str(args.block_size), "--num-draft-layers", str(args.draft_layers),
-                        "--target-layer-ids", ",".join(str(t - 1) for t in taps),
-                        "--num-anchors", str(args.num_anchors), "--mask-token-id", str(mask),
-                        "--loss-objective", "decay", "--loss-decay", str(args.decay_gamma)]  # fmt: skip
+                        "--num-anchors", str(args.num_anchors), "--mask-token-id", str(mask)]  # fmt: skip
+                if name == "modelopt":  # ModelOpt's ids name layer OUTPUTS: canonical - 1
+                    cmd += ["--target-layer-ids", ",".join(str(t - 1) for t in taps),
+                            "--loss-objective", "decay", "--loss-decay", str(args.decay_gamma)]  # fmt: skip
+                else:  # speculators' ids are canonical; its loss is named as draftsmith's objective.loss
+                    loss = {"kl": "kl_div"}.get(args.dflash_loss, args.dflash_loss)
+                    cmd += ["--aux-layers", ",".join(map(str, taps)), "--decay-gamma", str(args.decay_gamma),
+                            "--loss-fn", loss]  # fmt: skip
             subprocess.run(cmd, check=True, env=env)
     if "draftsmith" in train:
         common = [f"target.path={args.target}", f"output_dir={args.out / 'draftsmith'}",
@@ -209,7 +221,8 @@ def main() -> int:
         versions[name] = log.get("versions")
         threads[name] = log.get("torch_threads")
         if args.family == "dflash":
-            checkpoints[name] = modelopt_dflash(args.out / name, target, args.out / f"{name}-converted")
+            convert = modelopt_dflash if name == "modelopt" else speculators_dflash
+            checkpoints[name] = convert(args.out / name, target, args.out / f"{name}-converted")
         else:
             convert = modelopt_eagle3 if name == "modelopt" else speculators_eagle3
             checkpoints[name] = convert(

@@ -45,6 +45,13 @@ config gives the block size, the mask token and `dflash_config.target_layer_ids`
 z-lab id j is draftsmith's canonical id j + 1. Refused: a causal block, a sliding window, attention sinks,
 rope scaling, and draft-layer settings other than the target's (draftsmith's DFlash layers take the target's
 dimensions, eps and rope).
+
+DFlash, vLLM speculators 0.9's layout (`DFlashDraftModel.save_pretrained`, what bench/peers/speculators_dflash.py
+and draftsmith's own vLLM export `dflash_speculators` write): the same tensor names, plus (draftsmith's export)
+the target's embedding and LM head and an identity vocabulary map, checked and dropped. The draft layers'
+settings sit in `transformer_layer_config`; `aux_hidden_state_layer_ids` are canonical ids. Refused besides:
+`sample_from_anchor` (slot 0 drafted too), a reduced draft vocabulary, and speculators' default sliding-window
+draft layers (they attend causally inside the block).
 """
 
 from __future__ import annotations
@@ -238,7 +245,6 @@ def zlab_dflash(src: str | Path, target: Any, out: str | Path, peer: str = "mode
     """
     src = Path(src)
     config = json.loads((src / "config.json").read_text())
-    state = load_file(str(src / "model.safetensors"))
     if "DFlashDraftModel" not in (config.get("architectures") or []) or "dflash_config" not in config:
         raise ValueError(f"{src}: not a z-lab DFlash export (architectures {config.get('architectures')})")
     dc = config["dflash_config"]
@@ -247,41 +253,87 @@ def zlab_dflash(src: str | Path, target: Any, out: str | Path, peer: str = "mode
         raise ValueError(
             f"{src}: block_size {config.get('block_size')} vs dflash_config {dc.get('block_size')}"
         )
-    layers = int(config["num_hidden_layers"])
     unsupported = {
         "a causal block (dflash_config.causal)": dc.get("causal"),
-        "a sliding window": dc.get("use_swa") or (config.get("use_sliding_window") and config.get("sliding_window"))
-        or any(t != "full_attention" for t in config.get("layer_types") or []),
+        "a sliding window": dc.get("use_swa"),
         "attention sinks": dc.get("attention_sink_bias") or config.get("attention_sink_bias"),
-        "rope scaling": config.get("rope_scaling") not in (None, {}) and config["rope_scaling"].get("rope_type",
-                                                                          config["rope_scaling"].get("type")) != "default",
-    }  # fmt: skip
-    on = [name for name, value in unsupported.items() if value]
-    if on:
-        raise ValueError(f"{src}: {', '.join(on)}; draftsmith's DFlashDraft has no equivalent")
+    }
     if config.get("num_target_layers") not in (None, target.num_layers):
         raise ValueError(
             f"{src}: drafted for a {config['num_target_layers']}-layer target, not {target.num_layers}"
         )
-    if config.get("vocab_size") not in (None, target.vocab_size):
-        raise ValueError(f"{src}: vocab_size {config['vocab_size']}, the target's is {target.vocab_size}")
+    canonical = from_engine_ids(dc["target_layer_ids"], "sglang")  # z-lab id j = output of layer j
+    converted_from = {"peer": peer, "path": str(src), "layout": "z-lab DFlashDraftModel",
+                      "target_layer_ids": list(dc["target_layer_ids"])}  # fmt: skip
+    return _dflash(src, config, unsupported, canonical, dc["target_layer_ids"], int(dc["mask_token_id"]),
+                   int(block), target, out, converted_from)  # fmt: skip
+
+
+def speculators_dflash(src: str | Path, target: Any, out: str | Path) -> Path:
+    """Convert vLLM speculators 0.9's DFlash checkpoint (`DFlashDraftModel.save_pretrained`, what
+    bench/peers/speculators_dflash.py and draftsmith's `dflash_speculators` export write) into a draftsmith
+    DFlash checkpoint at `out`. The layer tensors are named as draftsmith's; `aux_hidden_state_layer_ids` are
+    canonical ids (vLLM's convention); the draft layers' settings sit in `transformer_layer_config`. Refused, on
+    top of `zlab_dflash`'s refusals: drafting from the anchor (`sample_from_anchor`) and a reduced draft
+    vocabulary (draftsmith's DFlash drafts every token).
+    """
+    src = Path(src)
+    config = json.loads((src / "config.json").read_text())
+    if config.get("speculators_model_type") != "dflash":
+        raise ValueError(f"{src}: not a speculators DFlash checkpoint "
+                         f"(speculators_model_type {config.get('speculators_model_type')!r})")  # fmt: skip
+    layer = config["transformer_layer_config"]
+    state = load_file(str(src / "model.safetensors"))
+    d2t, t2d = state.get("d2t"), state.get("t2d")
+    reduced = int(config.get("draft_vocab_size") or target.vocab_size) != target.vocab_size or (
+        d2t is not None and bool(d2t.any())) or (t2d is not None and not bool(t2d.all()))  # fmt: skip
+    unsupported = {
+        "drafting from the anchor (sample_from_anchor)": config.get("sample_from_anchor"),
+        "a reduced draft vocabulary": reduced,
+    }
+    ids = config["aux_hidden_state_layer_ids"]
+    converted_from = {"peer": "speculators", "path": str(src), "layout": "speculators DFlashDraftModel",
+                      "aux_hidden_state_layer_ids": list(ids)}  # fmt: skip
+    return _dflash(src, layer, unsupported, from_engine_ids(ids, "vllm"), ids, int(config["mask_token_id"]),
+                   int(config["block_size"]), target, out, converted_from, drop=("d2t", "t2d"))  # fmt: skip
+
+
+def _dflash(
+    src: Path, layer: dict[str, Any], unsupported: dict[str, Any], canonical: list[int], ids: list[int], mask: int,
+    block: int, target: Any, out: str | Path, converted_from: dict[str, Any], drop: tuple[str, ...] = (),
+) -> Path:  # fmt: skip
+    """The checks and the conversion both DFlash layouts share: `layer` holds the draft layers' settings,
+    `unsupported` the layout's own refusals, `ids` the layer ids as the layout writes them (for messages),
+    `drop` tensors already checked by the caller."""
+    rope = layer.get("rope_scaling")
+    unsupported = {
+        **unsupported,
+        "a sliding window": unsupported.get("a sliding window")
+        or (layer.get("use_sliding_window") and layer.get("sliding_window"))
+        or any(t != "full_attention" for t in layer.get("layer_types") or []),
+        "rope scaling": rope not in (None, {}) and rope.get("rope_type", rope.get("type")) != "default",
+    }
+    on = [name for name, value in unsupported.items() if value]
+    if on:
+        raise ValueError(f"{src}: {', '.join(on)}; draftsmith's DFlashDraft has no equivalent")
+    if layer.get("vocab_size") not in (None, target.vocab_size):
+        raise ValueError(f"{src}: vocab_size {layer['vocab_size']}, the target's is {target.vocab_size}")
     settings = draft_layer_settings(target.model.config)
     for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                 "rms_norm_eps", "hidden_act", "attention_bias"):  # fmt: skip
-        if key in config and config[key] != settings[key]:
+        if key in layer and layer[key] != settings[key]:
             raise ValueError(
-                f"{src}: draft {key}={config[key]!r}, draftsmith's DFlash layers use {settings[key]!r}"
+                f"{src}: draft {key}={layer[key]!r}, draftsmith's DFlash layers use {settings[key]!r}"
             )
-    theta, t_theta = _rope_theta(config), _rope_theta(settings)
+    theta, t_theta = _rope_theta(layer), _rope_theta(settings)
     if theta is not None and t_theta is not None and theta != t_theta:
         raise ValueError(f"{src}: draft rope_theta {theta}, the target's {t_theta}")
-    canonical = from_engine_ids(dc["target_layer_ids"], "sglang")  # z-lab id j = output of layer j
     bad = [c for c in canonical if not 1 <= c <= target.num_layers]
     if bad:
-        raise ValueError(f"{src}: target_layer_ids {dc['target_layer_ids']} name no layer of the target")
-    mask = int(dc["mask_token_id"])
+        raise ValueError(f"{src}: layer ids {list(ids)} name no layer of the target")
     if not 0 <= mask < int(target.embed_tokens.weight.shape[0]):
         raise ValueError(f"{src}: mask_token_id {mask} is not a row of the target's embedding")
+    state = {k: v for k, v in load_file(str(src / "model.safetensors")).items() if k not in drop}
     for name, ours in (
         ("embed_tokens.weight", target.embed_tokens.weight),
         ("lm_head.weight", target.lm_head.weight),
@@ -289,15 +341,14 @@ def zlab_dflash(src: str | Path, target: Any, out: str | Path, peer: str = "mode
         theirs = state.pop(name, None)  # z-lab's layout has neither; a copy must be the target's own
         if theirs is not None and not torch.equal(theirs, ours.detach().cpu().to(theirs.dtype)):
             raise ValueError(f"{src}: {name} is not the target's; draftsmith's DFlash uses the target's")
-    draft = DFlashDraft(DFlashConfig(block_size=int(block), num_layers=layers, feature_layers=canonical,
+    layers = int(layer["num_hidden_layers"])
+    draft = DFlashDraft(DFlashConfig(block_size=block, num_layers=layers, feature_layers=canonical,
                                      num_feature_layers=len(canonical), mask_token_id=mask),
                         target.model.config, target.vocab_size)  # fmt: skip
     unexpected = set(state) - set(draft.state_dict())
     if unexpected:
         raise ValueError(f"{src}: tensors draftsmith does not know: {sorted(unexpected)}")
     new_state = {k: v.to(draft.state_dict()[k].dtype) for k, v in state.items()}
-    converted_from = {"peer": peer, "path": str(src), "layout": "z-lab DFlashDraftModel",
-                      "target_layer_ids": list(dc["target_layer_ids"])}  # fmt: skip
     return _load_and_save(src, out, draft, new_state, target, converted_from)
 
 

@@ -34,7 +34,7 @@ What runs is speculators' own code, end to end, in the order of `speculators.tra
      OUT/train_log.json.
 
 Target hidden states ("online", in process, through HF transformers): vLLM is not available, so
-`HFOnlineTransfer` below implements speculators' `hs_connectors.HiddenStatesTransfer` interface (the plug-in
+`HFOnlineTransfer` (bench/peers/_speculators.py) implements speculators' `hs_connectors.HiddenStatesTransfer` interface (the plug-in
 point through which `ArrowDataset` fetches hidden states; normally a vLLM server writes them). Every time
 the loader asks for a sample, the frozen HF target runs on that sample's input_ids, inside the training
 step. The payload is exactly what vLLM's `extract_hidden_states` produces for speculators: `hidden_states`
@@ -108,12 +108,18 @@ import argparse
 import json
 import logging
 import shutil
-import sys
-import time
-from importlib.metadata import version as pkg_version
 from pathlib import Path
 
 import torch
+from _speculators import (  # the sibling bench/peers/_speculators.py
+    MetricCapture,
+    build_loader,
+    patch_for_cpu,
+    prepare_data,
+    token_budget,
+    train,
+    training_log,
+)
 
 
 def parse_args():
@@ -162,105 +168,6 @@ def parse_args():
     return p.parse_args()
 
 
-class MetricCapture(logging.Handler):
-    """Collects speculators' per-step metric dicts (logger `speculators.metrics`) with wall-clock stamps."""
-
-    def __init__(self):
-        super().__init__(level=logging.INFO)
-        self.records: list[dict] = []
-        self.stamps: list[float] = []
-
-    def emit(self, record):
-        msg = record.msg
-        if isinstance(msg, dict) and "train" in msg:
-            self.stamps.append(time.perf_counter())
-            self.records.append(msg)
-
-
-def make_hf_online_transfer(model_dir: str, data_dir: str, layer_ids: list[int]):
-    """A `HiddenStatesTransfer` that runs the HF target in process (see the module docstring)."""
-    from datasets import load_from_disk
-    from hs_connectors import HiddenStatesTransfer
-    from transformers import AutoModelForCausalLM
-
-    class HFOnlineTransfer(HiddenStatesTransfer):
-        def __init__(self):
-            self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-            for p in self.model.parameters():
-                p.requires_grad_(False)
-            self.data = load_from_disk(data_dir)  # the full prepared dataset; file_idx indexes it
-            base = self.model.model
-            L = len(base.layers)
-            self.ids = list(layer_ids) + [L]
-            self._cap: dict[int, torch.Tensor] = {}
-
-            def grab(k):
-                def hook(_mod, args, kwargs):
-                    self._cap[k] = (args[0] if args else kwargs["hidden_states"]).detach()
-
-                return hook
-
-            for k in layer_ids:
-                base.layers[k].register_forward_pre_hook(grab(k), with_kwargs=True)
-            base.norm.register_forward_pre_hook(grab(L), with_kwargs=True)  # pre-norm output of layer L-1
-            self.calls = 0
-            self.seconds = 0.0
-
-        @torch.no_grad()
-        def run(self, input_ids: torch.Tensor) -> torch.Tensor:
-            self._cap.clear()
-            self.model.model(input_ids=input_ids[None].long(), use_cache=False)
-            return torch.stack([self._cap[k][0] for k in self.ids], dim=1)  # [T, n_ids+1, H]
-
-        def get_cached(self, file_idx: int):
-            t0 = time.perf_counter()
-            ids = self.data[file_idx]["input_ids"]
-            hs = self.run(ids)
-            self.calls += 1
-            self.seconds += time.perf_counter() - t0
-            return {"hidden_states": hs, "token_ids": ids}
-
-        def get_generated(self, hs_transfer_params):
-            raise RuntimeError("HFOnlineTransfer serves every sample from get_cached; nothing is generated")
-
-        @torch.no_grad()
-        def self_check(self) -> float:
-            """The hooks give HF's hidden_states[k] (k < L) and the pre-norm state whose norm is the output."""
-            ids = self.data[0]["input_ids"]
-            hs = self.run(ids)
-            out = self.model.model(input_ids=ids[None].long(), output_hidden_states=True, use_cache=False)
-            err = 0.0
-            for j, k in enumerate(self.ids[:-1]):
-                err = max(err, (hs[:, j] - out.hidden_states[k][0]).abs().max().item())
-            normed = self.model.model.norm(hs[:, -1][None])[0]
-            err = max(err, (normed - out.last_hidden_state[0]).abs().max().item())
-            return err
-
-    return HFOnlineTransfer()
-
-
-def pick_token_budget(lengths, n_batches: int, seq_len: int, seed: int) -> tuple[int, int]:
-    """Largest packing budget for which speculators' multipack sampler yields >= n_batches batches (epoch 0)."""
-    from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
-
-    def count(budget):
-        s = MultipackDistributedBatchSamplerV2(
-            batch_max_length=budget, lengths=lengths, num_replicas=1, rank=0, seed=seed
-        )
-        return len(s)
-
-    lo, hi = seq_len, max(seq_len, sum(lengths))  # count(lo) >= n_batches is required
-    if count(lo) < n_batches:
-        return lo, count(lo)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if count(mid) >= n_batches:
-            lo = mid
-        else:
-            hi = mid
-    return lo, count(lo)
-
-
 def main():
     a = parse_args()
     torch.set_num_threads(a.threads)
@@ -271,24 +178,13 @@ def main():
     for d in (data_dir, ckpt_dir):  # never resume from, or reuse the token counts of, an earlier run
         if d.exists():
             shutil.rmtree(d)
+    patch_for_cpu()  # the monkeypatches of the module docstring
 
-    # ---- monkeypatches (documented in the module docstring) ----
-    import speculators.train.trainer as spec_trainer
-
-    cpu = torch.device("cpu")
-    spec_trainer.get_local_rank = lambda: cpu
-    if not torch.accelerator.is_available():
-        torch.accelerator.synchronize = lambda *args, **kwargs: None
-
-    from speculators.data_generation.preprocessing import load_and_preprocess_dataset
     from speculators.model import SpeculatorModel
     from speculators.models.eagle3.data import shift_batch
     from speculators.train.cli import build_draft_model, parse_vocab_mappings, set_seed
     from speculators.train.config import TrainConfig
-    from speculators.train.data import ArrowDataset
-    from speculators.train.dataloader import _setup_dataloader
     from speculators.train.logger import setup_metric_logger, setup_root_logger
-    from speculators.train.trainer import Trainer, TrainerConfig
     from transformers import AutoConfig
 
     setup_root_logger()
@@ -297,26 +193,8 @@ def main():
     layer_ids = [int(x) for x in a.aux_layers.split(",")] if a.aux_layers else [2, L // 2, L - 3]
 
     # ---- 1. data, as `speculators prepare-data` ----
-    dataset, _ = load_and_preprocess_dataset(
-        target_model_path=a.model,
-        train_data_paths=[a.data],
-        seq_length=a.seq_len,
-        build_dataset_num_proc=1,
-        seed=a.seed,
-        max_samples=a.max_samples,
-        token_freq_path=data_dir / "token_freq.pt",
-        skip_token_freq=False,
-    )
-    dataset.save_to_disk(str(data_dir))
-    n_samples = len(dataset)
-    lengths = list(dataset.with_format(None)["seq_len"])
-    del dataset
-
-    n_batches = max(1, n_samples // a.batch_size)
-    if a.total_seq_len:
-        budget = a.total_seq_len
-    else:
-        budget, _ = pick_token_budget(lengths, max(n_batches, a.steps), a.seq_len, a.seed)
+    n_samples, lengths = prepare_data(a, data_dir, token_freq=True)
+    budget = token_budget(a, n_samples, lengths)
 
     # ---- 2./3. config from real `speculators train` flags ----
     argv = [
@@ -366,102 +244,19 @@ def main():
           f"token budget {budget}; trainable params {n_train}: {trainable}; frozen: {frozen}", flush=True)  # fmt: skip
 
     # ---- 4. loader: speculators' ArrowDataset + multipack sampler + CollateFn + shift_batch ----
-    transfer = make_hf_online_transfer(a.model, str(data_dir), list(model.target_layer_ids))
-    hook_err = transfer.self_check()
-    print(f"hidden-state hooks vs HF hidden_states / final norm: max abs diff {hook_err:.3g}", flush=True)
-    assert hook_err < 1e-5, "hidden-state hooks do not reproduce HF's hidden states"
-    train_ds = ArrowDataset(
-        max_len=budget,
-        datapath=str(data_dir),
-        transfer=transfer,
-        on_missing="raise",
-        train_ratio=1.0,
-        split="train",
-        hidden_states_dtype=torch.float32,
-        model=a.model,
+    loader, transfer, hook_err, per_batch, tok_batch = build_loader(
+        a, data_dir, budget, int(tcfg.hidden_size), list(model.target_layer_ids), shift_batch, args.seed, lengths
     )
-    loader = _setup_dataloader(
-        train_ds,
-        budget,
-        int(tcfg.hidden_size),
-        num_workers=0,
-        num_target_layers=len(layer_ids),
-        prefetch_factor=None,
-        preprocess=shift_batch,
-        seed=args.seed,
-    )
-    batches = loader.batch_sampler._generate_batches(0)[: a.steps]
-    per_batch = [len(b) for b in batches]
-    tok_batch = [int(sum(lengths[i] for i in b)) for b in batches]
-    print(f"sampler: {len(loader)} batches/epoch, training {len(batches)}: samples/step mean "
-          f"{sum(per_batch) / len(per_batch):.2f} (min {min(per_batch)}, max {max(per_batch)}), tokens/step mean "
-          f"{sum(tok_batch) / len(tok_batch):.0f}; samples seen {sum(per_batch)}/{n_samples}", flush=True)  # fmt: skip
 
     # ---- 5. speculators' Trainer ----
-    train_kw, val_kw = model_class.get_trainer_kwargs(**vars(args))
-    tconf = TrainerConfig(
-        num_epochs=args.epochs,
-        save_path=args.save_path,
-        lr=args.lr,
-        resume_from_checkpoint=not args.no_resume_from_checkpoint,
-        train_call_kwargs=train_kw,
-        val_call_kwargs=val_kw,
-        optimizer=args.optimizer,
-        weight_decay=args.weight_decay,
-        muon_lr=args.muon_lr,
-        muon_momentum=args.muon_momentum,
-        muon_weight_decay=args.muon_weight_decay,
-        muon_ns_steps=args.muon_ns_steps,
-        muon_adjust_lr_fn=args.muon_adjust_lr_fn,
-        scheduler_type=args.scheduler_type,
-        scheduler_warmup_steps=args.scheduler_warmup_steps,
-        scheduler_warmup_ratio=args.scheduler_warmup_ratio,
-        scheduler_total_steps=args.scheduler_total_steps,
-        scheduler_num_cosine_cycles=args.scheduler_num_cosine_cycles,
-        checkpoint_freq=args.checkpoint_freq,
-        save_best=args.save_best,
-        hidden_states_dtype=getattr(torch, args.hidden_states_dtype),
-        log_freq=args.log_freq,
-        fsdp_shard=args.fsdp_shard,
-        gradient_checkpointing=args.gradient_checkpointing,
-        max_steps=args.max_steps,
-    )
-    trainer = Trainer(model, tconf, loader, None)
     head_before = model.lm_head.weight.detach().clone()
-    t0 = time.perf_counter()
-    trainer.run_training()
-    total = time.perf_counter() - t0
+    model, t0, total = train(model, model_class, args, loader)
 
     # ---- 6. save (speculators' save_pretrained, float32) + log ----
-    model = trainer.model
     model.eval()
     model.save_pretrained(str(out))
-    stamps = [t0, *capture.stamps]
-    times = [b - a_ for a_, b in zip(stamps[:-1], stamps[1:], strict=True)]
-    steady = times[1:] if len(times) > 1 else times
-    recs = [{"step": r["global_step"], "sec": dt, "lr": r["lr"], "train": r["train"], "profile": r["profile"]}
-            for r, dt in zip(capture.records, times, strict=True)]  # fmt: skip
-    keys = sorted(capture.records[-1]["train"]) if capture.records else []
-    tail = capture.records[-20:]
-    tail_mean = {k: sum(r["train"][k] for r in tail) / len(tail) for k in keys}
-    prof_keys = ("fetch_ms", "fwd_ms", "bwd_ms", "opt_ms", "step_ms")
-    profs = [r["profile"] for r in capture.records[1:] if r.get("profile")]
-    prof_mean = {k: sum(p_[k] for p_ in profs) / len(profs) for k in prof_keys} if profs else None
     summary = {
-        "steps": len(times),
-        "total_train_s": total,
-        "first_step_s": times[0] if times else None,
-        "mean_step_s_excl_first": sum(steady) / max(1, len(steady)),
-        "speculators_profile_mean_excl_first": prof_mean,
-        "target_forward_s_total": transfer.seconds,
-        "target_forward_calls": transfer.calls,
-        "torch_threads": torch.get_num_threads(),
-        "versions": {
-            "speculators": pkg_version("speculators"),
-            "torch": torch.__version__,
-            "transformers": pkg_version("transformers"),
-            "python": sys.version.split()[0],
-        },
+        **training_log(capture, t0, total, transfer, per_batch, tok_batch),
         "feature_layers": list(model.target_layer_ids),
         "feature_layers_convention": "speculators/vLLM id k = pre-norm residual stream entering decoder layer k "
         "(= draftsmith canonical id k)",
@@ -469,9 +264,6 @@ def main():
         "batch_size_requested": a.batch_size,
         "token_budget_total_seq_len": budget,
         "samples": n_samples,
-        "samples_per_step_mean": sum(per_batch) / len(per_batch),
-        "tokens_per_step_mean": sum(tok_batch) / len(tok_batch),
-        "samples_seen": sum(per_batch),
         "ttt_steps": a.ttt_steps,
         "draft_vocab_size": draft_vocab_size,
         "arch": a.arch,
@@ -481,9 +273,6 @@ def main():
         "lm_head_unchanged_by_training": bool(torch.equal(head_before, model.lm_head.weight.detach())),
         "hook_check_max_abs_diff": hook_err,
         "speculators_argv": argv,
-        "final_train_metrics": capture.records[-1]["train"] if capture.records else None,
-        "last20_mean_train_metrics": tail_mean,
-        "records": recs,
     }
     (out / "train_log.json").write_text(json.dumps(summary, indent=1, default=str))
     print(json.dumps({k: v for k, v in summary.items() if k != "records"}, default=str), flush=True)

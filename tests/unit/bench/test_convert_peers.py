@@ -1,5 +1,5 @@
-"""ModelOpt and speculators EAGLE-3 checkpoints, and z-lab-layout DFlash exports (ModelOpt's), convert into draftsmith
-checkpoints that compute the same thing."""
+"""ModelOpt and speculators EAGLE-3 checkpoints, z-lab-layout DFlash exports (ModelOpt's) and speculators' DFlash
+checkpoints convert into draftsmith checkpoints that compute the same thing."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from bench.convert_peers import (
     SPECULATORS_TO_DRAFTSMITH,
     modelopt_dflash,
     modelopt_eagle3,
+    speculators_dflash,
     speculators_eagle3,
     zlab_dflash,
 )
@@ -432,3 +433,106 @@ def test_dflash_converter_refuses_unknown_tensors(saved_tiny_target, tmp_path):
     src = write_speculators(tmp_path / "modelopt", state, modelopt_dflash_config(target, [0, 2]))
     with pytest.raises(ValueError, match="does not know"):
         modelopt_dflash(src, target, tmp_path / "converted")
+
+
+# ---- speculators' DFlash ---------------------------------------------------------------------------------
+
+
+def test_dflash_speculators_export_round_trips_bit_identically(dflash_checkpoint, saved_tiny_target, tmp_path):
+    """Oracle: draftsmith's own vLLM (speculators) export of a DFlash drafter, converted back, is the same drafter:
+    identical weights, bit-identical slot logits and proposals. speculators' ids are canonical (no shift); the
+    export's embedding, LM head and identity vocabulary map are checked and dropped."""
+    target = saved_tiny_target
+    exported, _, _ = export(dflash_checkpoint, "vllm", tmp_path / "spec")
+    assert json.loads((exported / "config.json").read_text())["aux_hidden_state_layer_ids"] == [2, 3]
+    converted = speculators_dflash(exported, target, tmp_path / "converted")
+    ours, _ = load_drafter(dflash_checkpoint, target)
+    theirs, theirs_config = load_drafter(converted, target)
+    assert theirs_config["feature_layers"] == [2, 3] and theirs_config["converted_from"]["peer"] == "speculators"
+    a, b = ours.state_dict(), theirs.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ids = torch.randint(0, target.vocab_size, (11,), generator=torch.Generator().manual_seed(7))
+    for tree in ("chain", "topk:3"):
+        ref_logits, ref_tokens = _proposals(DFlashDrafter(ours), target, ids, tree)
+        got_logits, got_tokens = _proposals(DFlashDrafter(theirs), target, ids, tree)
+        assert torch.equal(got_logits, ref_logits) and torch.equal(got_tokens, ref_tokens)
+
+
+# The config.json of a REAL speculators 0.9 DFlash checkpoint (bench/peers/speculators_dflash.py on the
+# small-seed0 toy target: 2 layers, taps 2 and 6, every layer full attention), sizes swapped for the tiny target's;
+# its model.safetensors holds the 25 tensors of ModelOpt's export and nothing else.
+def speculators_dflash_config(target, ids, **changes):
+    c = target.model.config
+    layer = {
+        "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None,
+        "head_dim": c.head_dim, "hidden_act": "silu", "hidden_size": c.hidden_size, "initializer_range": 0.02,
+        "intermediate_size": c.intermediate_size, "layer_types": ["full_attention", "full_attention"],
+        "max_position_embeddings": c.max_position_embeddings, "max_window_layers": 28, "model_type": "qwen3",
+        "num_attention_heads": c.num_attention_heads, "num_hidden_layers": 2,
+        "num_key_value_heads": c.num_key_value_heads, "pad_token_id": None, "rms_norm_eps": c.rms_norm_eps,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "sliding_window": None,
+        "tie_word_embeddings": False, "use_cache": True, "use_sliding_window": False, "vocab_size": c.vocab_size,
+    }
+    config = {
+        "architectures": ["DFlashDraftModel"], "auto_map": {"": "config.DFlashSpeculatorConfig"},
+        "aux_hidden_state_layer_ids": ids, "block_size": 8, "draft_vocab_size": c.vocab_size, "dtype": "float32",
+        "mask_token_id": 0, "sample_from_anchor": False, "sliding_window_non_causal": False,
+        "speculators_config": {"algorithm": "dflash", "default_proposal_method": "greedy",
+                               "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy",
+                                                     "speculative_tokens": 7, "verifier_accept_k": 1}],
+                               "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "unused"}},
+        "speculators_model_type": "dflash", "speculators_version": "0.9.0", "target_hidden_size": None,
+        "tie_word_embeddings": False, "transformer_layer_config": layer,
+    }  # fmt: skip
+    for key, value in changes.items():
+        if key.startswith("layer."):
+            layer[key.removeprefix("layer.")] = value
+        else:
+            config[key] = value
+    return config
+
+
+def test_speculators_dflash_real_layout_converts(saved_tiny_target, tmp_path):
+    target = saved_tiny_target
+    state = modelopt_dflash_state(target)
+    src = write_speculators(tmp_path / "spec", state, speculators_dflash_config(target, [1, 3]))
+    loaded, config = load_drafter(speculators_dflash(src, target, tmp_path / "converted"), target)
+    assert config["feature_layers"] == [1, 3]  # canonical, as written
+    assert config["drafter"]["block_size"] == 8 and config["drafter"]["num_layers"] == 2
+    got = loaded.state_dict()
+    assert got.keys() == state.keys() and all(torch.equal(got[k], state[k]) for k in state)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"layer.layer_types": ["sliding_attention"] * 2, "layer.use_sliding_window": True,
+          "layer.sliding_window": 2048}, "sliding window"),  # speculators' default draft layers
+        ({"sample_from_anchor": True}, "sample_from_anchor"),
+        ({"draft_vocab_size": 32}, "reduced draft vocabulary"),
+        ({"speculators_model_type": "eagle3"}, "not a speculators DFlash"),
+        ({"aux_hidden_state_layer_ids": [0, 2]}, "name no layer"),
+        ({"layer.head_dim": 128}, "head_dim"),
+    ],
+)  # fmt: skip
+def test_speculators_dflash_converter_refuses_what_dflashdraft_cannot_compute(
+    saved_tiny_target, tmp_path, changes, message
+):
+    target = saved_tiny_target
+    src = write_speculators(tmp_path / "spec", modelopt_dflash_state(target),
+                            speculators_dflash_config(target, [1, 3], **changes))  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        speculators_dflash(src, target, tmp_path / "converted")
+
+
+def test_speculators_dflash_refuses_a_reduced_vocabulary_map(saved_tiny_target, tmp_path):
+    target = saved_tiny_target
+    V = target.vocab_size
+    state = {**modelopt_dflash_state(target), "d2t": torch.zeros(V, dtype=torch.long),
+             "t2d": torch.ones(V, dtype=torch.bool)}  # fmt: skip
+    src = write_speculators(tmp_path / "identity", state, speculators_dflash_config(target, [1, 3]))
+    speculators_dflash(src, target, tmp_path / "ok")  # the identity map converts
+    state["t2d"][3] = False
+    src = write_speculators(tmp_path / "reduced", state, speculators_dflash_config(target, [1, 3]))
+    with pytest.raises(ValueError, match="reduced draft vocabulary"):
+        speculators_dflash(src, target, tmp_path / "converted")
