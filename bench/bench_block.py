@@ -33,6 +33,7 @@ LINEUP: dict[str, tuple[str, str, list[str]]] = {
     "dflash": ("dflash", "dflash/toy.yaml", []),
     "dflash-kl": ("dflash", "dflash/toy.yaml", ["objective.loss=kl"]),
     "peagle": ("peagle", "peagle/toy.yaml", []),
+    "peagle-dpace": ("peagle", "peagle/toy.yaml", ["objective.weighting=dpace"]),
     "eagle3": ("eagle", "eagle/eagle3_toy.yaml", []),
     "eagle3-lk_alpha": ("eagle", "eagle/eagle3_toy.yaml", ["objective.loss=lk_alpha"]),
     "eagle3-lk_lambda": ("eagle", "eagle/eagle3_toy.yaml", ["objective.loss=lk_lambda"]),
@@ -40,7 +41,7 @@ LINEUP: dict[str, tuple[str, str, list[str]]] = {
     "medusa": ("medusa", "medusa/toy.yaml", []),
     "mtp": ("mtp", "mtp/toy.yaml", ["train.allow_unserved=true"]),
 }
-TREES = {"eagle3": "dynamic:4:16", "eagle1": "dynamic:4:16", "peagle": None}  # default topk:3
+TREES = {"eagle3": "dynamic:4:16", "eagle1": "dynamic:4:16", "peagle": None, "peagle-dpace": None}  # default topk:3
 EXTRA_DEPTH = {"dflash": 7}
 
 
