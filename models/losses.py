@@ -203,7 +203,7 @@ def eagle1_regression(predicted: torch.Tensor, next_features: torch.Tensor) -> t
 def eagle3_step_loss(
     draft_logits: torch.Tensor, target_logits: torch.Tensor, loss_mask: torch.Tensor, t2d: torch.Tensor,
     weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """One EAGLE-3 TTT step (ALGORITHMS.md 5.2 and 13), as sums.
 
     Args:
@@ -215,22 +215,25 @@ def eagle3_step_loss(
         weights: `[B, T]` float per-position loss weights (e.g. D-PACE's); None = the mask.
 
     Returns:
-        `(loss sum, mask count, correct top-1 count)`. Positions whose target argmax is outside the draft
-        vocabulary are dropped from the loss but stay in the count (the reference divides by all positions
-        / by sum(mask)); p is renormalised over the draft vocabulary. The top-1 count is 0 while
-        `recomputing()`.
+        `(loss sum, mask count, correct top-1 count, alpha sum)`. Positions whose target argmax is outside the
+        draft vocabulary are dropped from the loss but stay in the count (the reference divides by all
+        positions / by sum(mask)); p is renormalised over the draft vocabulary. alpha = sum_v min(p, q) per
+        kept position (docs/ALGORITHMS-BLOCK.md 3.4), from the same p and log q as the loss. The top-1 count
+        and alpha are 0 while `recomputing()`.
     """
     with torch.no_grad():
         keep = t2d[target_logits.argmax(-1)]
         m = loss_mask.float()
         pm = m * keep.float()
         p = torch.softmax(target_logits[..., t2d].float(), dim=-1)
-    ce = soft_cross_entropy(p, draft_logits)
-    hit = m.new_zeros(())
+    log_q = torch.log_softmax(draft_logits.float(), dim=-1)
+    ce = -(p * log_q).sum(-1)  # soft_cross_entropy(p, draft_logits), keeping log q for alpha
+    hit, alpha = m.new_zeros(()), m.new_zeros(())
     if not recomputing():
         with torch.no_grad():
             hit = ((draft_logits.argmax(-1) == p.argmax(-1)).float() * pm).sum()
-    return (ce * (pm if weights is None else pm * weights)).sum(), m.sum(), hit
+            alpha = (torch.minimum(p, log_q.exp()).sum(-1) * pm).sum()
+    return (ce * (pm if weights is None else pm * weights)).sum(), m.sum(), hit, alpha
 
 
 # ---------------------------------------------------------------------------------------------------------

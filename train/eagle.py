@@ -258,12 +258,8 @@ def _eagle3_chunk(
             with torch.no_grad():
                 target_logits = head(final)
             w = None if objective.weighting == "fixed" else weights
-            loss, count, hit = eagle3_step_loss(logits, target_logits, mask, draft.t2d, w)
-            alpha = logits.new_zeros(1, dtype=torch.float32)
-            if not recomputing():
-                target, kept = _target_view(draft, target_logits)
-                alpha = acceptance_sum(logits, target, mask & kept)
-            return loss.reshape(1), count.reshape(1), {"top1": hit.reshape(1), "alpha": alpha}
+            loss, count, hit, alpha = eagle3_step_loss(logits, target_logits, mask, draft.t2d, w)
+            return loss.reshape(1), count.reshape(1), {"top1": hit.reshape(1), "alpha": alpha.reshape(1)}
         with torch.no_grad():
             target, kept = _target_view(draft, head(final))
         labels = target.argmax(-1)

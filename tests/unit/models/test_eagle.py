@@ -190,7 +190,7 @@ def test_eagle3_step_loss_equals_the_reference_pseudocode():
     tgt[0, 1, t2d.nonzero()[0]] = 20.0  # an in-vocabulary argmax at one position, the rest mostly out
     logits_d = torch.randn(B, T, Vd)
     mask = torch.rand(B, T) > 0.3
-    loss, count, _ = eagle3_step_loss(logits_d, tgt, mask, t2d)
+    loss, count, _, _ = eagle3_step_loss(logits_d, tgt, mask, t2d)
     # ALGORITHMS.md 13: -(pm * p * log q).sum(-1).mean() over all B*T positions, pm = mask * t2d[argmax]
     keep = t2d[tgt.argmax(-1)][..., None].float()
     pm = mask[..., None].float() * keep
@@ -198,3 +198,25 @@ def test_eagle3_step_loss_equals_the_reference_pseudocode():
     ref = -(pm * p * F.log_softmax(logits_d, -1)).sum(-1).mean()
     torch.testing.assert_close(loss / (B * T), ref)  # our sum; the loop normalises by trained tokens
     assert count == mask.sum()
+
+
+def test_eagle3_step_alpha_is_the_overlap_over_kept_positions():
+    """alpha = sum_v min(p, q) over the draft vocabulary (p renormalised there), summed over the kept trained
+    positions: checked in float64 against the definition, and 0 for positions whose argmax is dropped."""
+    g = torch.Generator().manual_seed(3)
+    B, Vd = 3, 7
+    t2d = torch.zeros(V, dtype=torch.bool)
+    t2d[torch.randperm(V, generator=g)[:Vd]] = True
+    tgt = torch.randn(B, T, V, generator=g)
+    tgt[:, ::2][..., t2d.nonzero()[0]] = 12.0  # in-vocabulary argmax on even columns, mostly out elsewhere
+    logits_d = torch.randn(B, T, Vd, generator=g)
+    mask = torch.rand(B, T, generator=g) > 0.2
+    alpha = eagle3_step_loss(logits_d, tgt, mask, t2d)[3]
+    p = torch.softmax(tgt[..., t2d].double(), -1)
+    q = torch.softmax(logits_d.double(), -1)
+    kept = mask & t2d[tgt.argmax(-1)]
+    want = (torch.minimum(p, q).sum(-1) * kept).sum()
+    torch.testing.assert_close(alpha.double(), want, rtol=1e-5, atol=1e-6)
+    assert 0 < float(alpha) < float(kept.sum())
+    perfect = eagle3_step_loss(tgt[..., t2d], tgt, mask, t2d)[3]  # q = p: every kept position overlaps fully
+    torch.testing.assert_close(perfect, kept.sum().float())

@@ -183,7 +183,7 @@ def test_depth_loss_equals_eagle3_step_loss_per_depth():
     depths = torch.randint(0, D, (B, c), generator=g)
     sums, counts, metrics = depth_loss(draft_logits, target_logits, weights, depths, t2d, D)
     for d in range(D):
-        loss, count, hit = eagle3_step_loss(draft_logits, target_logits, weights & (depths == d), t2d)
+        loss, count, hit, _ = eagle3_step_loss(draft_logits, target_logits, weights & (depths == d), t2d)
         torch.testing.assert_close(sums[d], loss)
         assert counts[d] == count and metrics["top1"][d] == hit
     perfect = depth_loss(target_logits[..., t2d], target_logits, weights, depths, t2d, D)[2]["top1"]
