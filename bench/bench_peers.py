@@ -181,14 +181,16 @@ def main() -> int:
                 cmd += ["--ttt-steps", str(args.ttt_steps), "--draft-vocab-size", str(args.draft_vocab_size)]
             else:
                 cmd += ["--block-size", str(args.block_size), "--num-draft-layers", str(args.draft_layers),
-                        "--num-anchors", str(args.num_anchors), "--mask-token-id", str(mask)]  # fmt: skip
+                        "--mask-token-id", str(mask)]  # fmt: skip
                 if name == "modelopt":  # ModelOpt's ids name layer OUTPUTS: canonical - 1
                     cmd += ["--target-layer-ids", ",".join(str(t - 1) for t in taps),
+                            "--num-anchors", str(args.num_anchors),
                             "--loss-objective", "decay", "--loss-decay", str(args.decay_gamma)]  # fmt: skip
                 else:  # speculators' ids are canonical; its loss is named as draftsmith's objective.loss
                     loss = {"kl": "kl_div"}.get(args.dflash_loss, args.dflash_loss)
+                    # its anchors are per packed row, and a row packs about --batch-size samples
                     cmd += ["--aux-layers", ",".join(map(str, taps)), "--decay-gamma", str(args.decay_gamma),
-                            "--loss-fn", loss]  # fmt: skip
+                            "--num-anchors", str(args.num_anchors * args.batch_size), "--loss-fn", loss]  # fmt: skip
             subprocess.run(cmd, check=True, env=env)
     if "draftsmith" in train:
         common = [f"target.path={args.target}", f"output_dir={args.out / 'draftsmith'}",
