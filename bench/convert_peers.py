@@ -265,7 +265,8 @@ def zlab_dflash(src: str | Path, target: Any, out: str | Path, peer: str = "mode
     canonical = from_engine_ids(dc["target_layer_ids"], "sglang")  # z-lab id j = output of layer j
     converted_from = {"peer": peer, "path": str(src), "layout": "z-lab DFlashDraftModel",
                       "target_layer_ids": list(dc["target_layer_ids"])}  # fmt: skip
-    return _dflash(src, config, unsupported, canonical, dc["target_layer_ids"], int(dc["mask_token_id"]),
+    state = load_file(str(src / "model.safetensors"))
+    return _dflash(src, state, config, unsupported, canonical, dc["target_layer_ids"], int(dc["mask_token_id"]),
                    int(block), target, out, converted_from)  # fmt: skip
 
 
@@ -284,7 +285,7 @@ def speculators_dflash(src: str | Path, target: Any, out: str | Path) -> Path:
                          f"(speculators_model_type {config.get('speculators_model_type')!r})")  # fmt: skip
     layer = config["transformer_layer_config"]
     state = load_file(str(src / "model.safetensors"))
-    d2t, t2d = state.get("d2t"), state.get("t2d")
+    d2t, t2d = state.pop("d2t", None), state.pop("t2d", None)
     reduced = int(config.get("draft_vocab_size") or target.vocab_size) != target.vocab_size or (
         d2t is not None and bool(d2t.any())) or (t2d is not None and not bool(t2d.all()))  # fmt: skip
     unsupported = {
@@ -294,17 +295,18 @@ def speculators_dflash(src: str | Path, target: Any, out: str | Path) -> Path:
     ids = config["aux_hidden_state_layer_ids"]
     converted_from = {"peer": "speculators", "path": str(src), "layout": "speculators DFlashDraftModel",
                       "aux_hidden_state_layer_ids": list(ids)}  # fmt: skip
-    return _dflash(src, layer, unsupported, from_engine_ids(ids, "vllm"), ids, int(config["mask_token_id"]),
-                   int(config["block_size"]), target, out, converted_from, drop=("d2t", "t2d"))  # fmt: skip
+    return _dflash(src, state, layer, unsupported, from_engine_ids(ids, "vllm"), ids, int(config["mask_token_id"]),
+                   int(config["block_size"]), target, out, converted_from)  # fmt: skip
 
 
 def _dflash(
-    src: Path, layer: dict[str, Any], unsupported: dict[str, Any], canonical: list[int], ids: list[int], mask: int,
-    block: int, target: Any, out: str | Path, converted_from: dict[str, Any], drop: tuple[str, ...] = (),
+    src: Path, state: dict[str, torch.Tensor], layer: dict[str, Any], unsupported: dict[str, Any],
+    canonical: list[int], ids: list[int], mask: int, block: int, target: Any, out: str | Path,
+    converted_from: dict[str, Any],
 ) -> Path:  # fmt: skip
     """The checks and the conversion both DFlash layouts share: `layer` holds the draft layers' settings,
     `unsupported` the layout's own refusals, `ids` the layer ids as the layout writes them (for messages),
-    `drop` tensors already checked by the caller."""
+    `state` the layout's tensors less those the caller already checked."""
     rope = layer.get("rope_scaling")
     unsupported = {
         **unsupported,
@@ -333,7 +335,6 @@ def _dflash(
         raise ValueError(f"{src}: layer ids {list(ids)} name no layer of the target")
     if not 0 <= mask < int(target.embed_tokens.weight.shape[0]):
         raise ValueError(f"{src}: mask_token_id {mask} is not a row of the target's embedding")
-    state = {k: v for k, v in load_file(str(src / "model.safetensors")).items() if k not in drop}
     for name, ours in (
         ("embed_tokens.weight", target.embed_tokens.weight),
         ("lm_head.weight", target.lm_head.weight),

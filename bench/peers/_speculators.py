@@ -8,6 +8,7 @@ where draftsmith is not installed)."""
 
 import argparse
 import logging
+import shutil
 import sys
 import time
 from importlib.metadata import version as pkg_version
@@ -113,6 +114,91 @@ def pick_token_budget(lengths, n_batches: int, seq_len: int, seed: int) -> tuple
         else:
             hi = mid
     return lo, count(lo)
+
+
+def common_args(description: str, optimizer: str) -> argparse.ArgumentParser:
+    """The flags every speculators driver takes (bench_peers passes them alike); `optimizer` is the default."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", required=True, help="local HF dir of the target")
+    p.add_argument("--data", required=True, help='JSONL of {"input_ids": [...], "loss_mask": [...]} rows')
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument(
+        "--batch-size", type=int, default=1,
+        help="sets the packing token budget: the sampler yields >= N // batch-size batches per epoch",
+    )  # fmt: skip
+    p.add_argument("--warmup-steps", type=int, default=0)
+    p.add_argument("--lr-scheduler", default="linear", choices=["linear", "cosine", "none"])
+    p.add_argument("--max-samples", type=int, default=None)
+    p.add_argument("--optimizer", default=optimizer, choices=["muon", "adamw"], help="speculators default: muon")
+    p.add_argument("--total-seq-len", type=int, default=None, help="packing budget (default: searched)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def start_run(a: argparse.Namespace) -> tuple[Path, Path, Path]:
+    """Threads, the output directory, the CPU patches and speculators' logging: `(out, prepared data dir,
+    trainer checkpoint dir)`.
+    The last two are emptied: a run never resumes from, or reuses the token counts of, an earlier one."""
+    from speculators.train.logger import setup_root_logger
+
+    torch.set_num_threads(a.threads)
+    out = Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    data_dir, ckpt_dir = out / "prepared_data", out / "trainer_checkpoints"
+    for d in (data_dir, ckpt_dir):
+        if d.exists():
+            shutil.rmtree(d)
+    patch_for_cpu()
+    setup_root_logger()
+    return out, data_dir, ckpt_dir
+
+
+def speculators_argv(a: argparse.Namespace, kind: str, out: Path, data_dir: Path, ckpt_dir: Path, budget: int,
+                     layer_ids: list[int]) -> list[str]:  # fmt: skip
+    """The `speculators train` flags both drivers set alike (their docstrings explain each); each adds its own."""
+    return [
+        "--verifier-name-or-path", a.model,
+        "--speculator-type", kind,
+        "--data-path", str(data_dir),
+        "--save-path", str(ckpt_dir),
+        "--target-layer-ids", *[str(k) for k in layer_ids],
+        "--draft-attn-impl", "sdpa",
+        "--loss-implementation", "eager",
+        "--optimizer", a.optimizer,
+        "--lr", str(a.lr),
+        "--scheduler-type", a.lr_scheduler,
+        "--scheduler-warmup-steps", str(a.warmup_steps),
+        "--max-steps", str(a.steps),
+        "--epochs", "1",
+        "--total-seq-len", str(budget),
+        "--hidden-states-dtype", "float32",
+        "--num-workers", "0",
+        "--seed", str(a.seed),
+        "--log-dir", str(out / "logs"),
+        "--no-resume-from-checkpoint",
+    ]  # fmt: skip
+
+
+def resolve(argv: list[str], out: Path) -> tuple[argparse.Namespace, MetricCapture]:
+    """speculators' own TrainConfig from `argv` (saved as OUT/run.yaml + train_command.txt), its seed and
+    loggers set, and a capture of its per-step metrics."""
+    from speculators.train.cli import set_seed
+    from speculators.train.config import TrainConfig
+    from speculators.train.logger import setup_metric_logger
+
+    cfg = TrainConfig.resolve(argv)
+    args = argparse.Namespace(**cfg.flatten())
+    print("equivalent: speculators train " + " ".join(argv), flush=True)
+    cfg.save(str(out))
+    set_seed(args.seed, args.deterministic_cuda)
+    setup_metric_logger(loggers=args.logger, run_name=args.run_name, output_dir=args.log_dir)
+    capture = MetricCapture()
+    logging.getLogger("speculators.metrics").addHandler(capture)
+    return args, capture
 
 
 def patch_for_cpu() -> None:

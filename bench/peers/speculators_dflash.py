@@ -42,18 +42,15 @@ plus the DFlash settings.
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
-import shutil
-from pathlib import Path
 
-import torch
 from _speculators import (  # the sibling bench/peers/_speculators.py
-    MetricCapture,
     build_loader,
-    patch_for_cpu,
+    common_args,
     prepare_data,
+    resolve,
+    speculators_argv,
+    start_run,
     token_budget,
     train,
     training_log,
@@ -61,21 +58,11 @@ from _speculators import (  # the sibling bench/peers/_speculators.py
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help="local HF dir of the target")
-    p.add_argument("--data", required=True, help='JSONL of {"input_ids": [...], "loss_mask": [...]} rows')
-    p.add_argument("--out", required=True)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--batch-size", type=int, default=1, help="sets the packing token budget (see the docstring)")
-    p.add_argument("--warmup-steps", type=int, default=0)
-    p.add_argument("--lr-scheduler", default="linear", choices=["linear", "cosine", "none"])
-    p.add_argument("--max-samples", type=int, default=None)
+    p = common_args(__doc__.split("\n")[0], optimizer="adamw")
     p.add_argument("--block-size", type=int, default=8)
     p.add_argument("--num-draft-layers", type=int, default=2)
     p.add_argument("--aux-layers", required=True, help="comma list of speculators/vLLM ids (= canonical ids)")
-    p.add_argument("--num-anchors", type=int, default=64, help="speculators' --max-anchors")
+    p.add_argument("--num-anchors", type=int, default=64, help="speculators' --max-anchors (per packed row)")
     p.add_argument("--mask-token-id", type=int, required=True)
     p.add_argument("--decay-gamma", type=float, default=4.0, help="slot k weighs exp(-(k-1)/gamma)")
     p.add_argument("--loss-fn", default="kl_div", help="speculators' --loss-fn (its DFlash default: ce)")
@@ -83,43 +70,24 @@ def parse_args():
         "--position-weight", default="fixed-exp-decay", choices=["fixed-exp-decay", "dpace"],
         help="speculators' --per-position-loss-weight (its DFlash default: dpace, which needs --loss-fn ce)",
     )  # fmt: skip
-    p.add_argument("--optimizer", default="adamw", choices=["muon", "adamw"])
-    p.add_argument("--total-seq-len", type=int, default=None, help="packing budget (default: searched)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
 
 def main():
     a = parse_args()
-    torch.set_num_threads(a.threads)
-    out = Path(a.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    data_dir = out / "prepared_data"
-    ckpt_dir = out / "trainer_checkpoints"
-    for d in (data_dir, ckpt_dir):  # never resume from an earlier run
-        if d.exists():
-            shutil.rmtree(d)
-    patch_for_cpu()
+    out, data_dir, ckpt_dir = start_run(a)
 
     from speculators.model import SpeculatorModel
-    from speculators.train.cli import build_draft_model, parse_vocab_mappings, set_seed
-    from speculators.train.config import TrainConfig
-    from speculators.train.logger import setup_metric_logger, setup_root_logger
+    from speculators.train.cli import build_draft_model, parse_vocab_mappings
     from transformers import AutoConfig
 
-    setup_root_logger()
     tcfg = AutoConfig.from_pretrained(a.model)
     layer_ids = [int(x) for x in a.aux_layers.split(",")]
 
     n_samples, lengths = prepare_data(a, data_dir, token_freq=True)  # its vocabulary map: all V tokens
     budget = token_budget(a, n_samples, lengths)
     argv = [
-        "--verifier-name-or-path", a.model,
-        "--speculator-type", "dflash",
-        "--data-path", str(data_dir),
-        "--save-path", str(ckpt_dir),
-        "--target-layer-ids", *[str(k) for k in layer_ids],
+        *speculators_argv(a, "dflash", out, data_dir, ckpt_dir, budget, layer_ids),
         "--num-layers", str(a.num_draft_layers),
         "--full-attention-indices", *[str(i) for i in range(a.num_draft_layers)],
         "--draft-vocab-size", str(tcfg.vocab_size),
@@ -129,30 +97,8 @@ def main():
         "--dflash-decay-gamma", str(a.decay_gamma),
         "--per-position-loss-weight", a.position_weight,
         "--loss-fn", a.loss_fn,
-        "--draft-attn-impl", "sdpa",
-        "--loss-implementation", "eager",
-        "--optimizer", a.optimizer,
-        "--lr", str(a.lr),
-        "--scheduler-type", a.lr_scheduler,
-        "--scheduler-warmup-steps", str(a.warmup_steps),
-        "--max-steps", str(a.steps),
-        "--epochs", "1",
-        "--total-seq-len", str(budget),
-        "--hidden-states-dtype", "float32",
-        "--num-workers", "0",
-        "--seed", str(a.seed),
-        "--log-dir", str(out / "logs"),
-        "--no-resume-from-checkpoint",
     ]  # fmt: skip
-    cfg = TrainConfig.resolve(argv)
-    args = argparse.Namespace(**cfg.flatten())
-    print("equivalent: speculators train " + " ".join(argv), flush=True)
-    cfg.save(str(out))
-
-    set_seed(args.seed, args.deterministic_cuda)
-    setup_metric_logger(loggers=args.logger, run_name=args.run_name, output_dir=args.log_dir)
-    capture = MetricCapture()
-    logging.getLogger("speculators.metrics").addHandler(capture)
+    args, capture = resolve(argv, out)
 
     model_class = SpeculatorModel.registry["dflash"]
     d2t, t2d, draft_vocab_size = parse_vocab_mappings(args)

@@ -104,18 +104,16 @@ the mean of the last 20 steps, versions, torch_threads, feature_layers, the reso
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
-import shutil
-from pathlib import Path
 
 import torch
 from _speculators import (  # the sibling bench/peers/_speculators.py
-    MetricCapture,
     build_loader,
-    patch_for_cpu,
+    common_args,
     prepare_data,
+    resolve,
+    speculators_argv,
+    start_run,
     token_budget,
     train,
     training_log,
@@ -123,24 +121,9 @@ from _speculators import (  # the sibling bench/peers/_speculators.py
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help="local HF Llama dir (target)")
-    p.add_argument("--data", required=True, help='JSONL of {"input_ids": [...], "loss_mask": [...]} rows')
-    p.add_argument("--out", required=True)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--seq-len", type=int, default=128)
+    p = common_args(__doc__.split("\n")[0], optimizer="muon")
     p.add_argument("--ttt-steps", type=int, default=3)
     p.add_argument("--draft-vocab-size", type=int, default=None, help="default: the target vocabulary")
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=1,
-        help="sets the packing token budget: the sampler yields >= N // batch-size batches per epoch",
-    )
-    p.add_argument("--warmup-steps", type=int, default=0)
-    p.add_argument("--lr-scheduler", default="linear", choices=["linear", "cosine", "none"])
-    p.add_argument("--max-samples", type=int, default=None)
     p.add_argument(
         "--aux-layers",
         type=str,
@@ -152,7 +135,6 @@ def parse_args():
     p.add_argument(
         "--loss-decay", type=float, default=1.0, help="ttt_step_loss_decay (speculators default 1)"
     )
-    p.add_argument("--optimizer", default="muon", choices=["muon", "adamw"], help="speculators default: muon")
     p.add_argument(
         "--arch",
         default="classic",
@@ -160,34 +142,18 @@ def parse_args():
         help="classic: no norm_before_fc / norm_before_residual / norm_output (original EAGLE-3, convertible); "
         "speculators: the 0.9 defaults (all three on)",
     )
-    p.add_argument(
-        "--total-seq-len", type=int, default=None, help="packing budget (default: searched, see doc)"
-    )
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
 
 def main():
     a = parse_args()
-    torch.set_num_threads(a.threads)
-    out = Path(a.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    data_dir = out / "prepared_data"
-    ckpt_dir = out / "trainer_checkpoints"
-    for d in (data_dir, ckpt_dir):  # never resume from, or reuse the token counts of, an earlier run
-        if d.exists():
-            shutil.rmtree(d)
-    patch_for_cpu()  # the monkeypatches of the module docstring
+    out, data_dir, ckpt_dir = start_run(a)  # with the monkeypatches of the module docstring
 
     from speculators.model import SpeculatorModel
     from speculators.models.eagle3.data import shift_batch
-    from speculators.train.cli import build_draft_model, parse_vocab_mappings, set_seed
-    from speculators.train.config import TrainConfig
-    from speculators.train.logger import setup_metric_logger, setup_root_logger
+    from speculators.train.cli import build_draft_model, parse_vocab_mappings
     from transformers import AutoConfig
 
-    setup_root_logger()
     tcfg = AutoConfig.from_pretrained(a.model)
     L = int(tcfg.num_hidden_layers)
     layer_ids = [int(x) for x in a.aux_layers.split(",")] if a.aux_layers else [2, L // 2, L - 3]
@@ -198,41 +164,15 @@ def main():
 
     # ---- 2./3. config from real `speculators train` flags ----
     argv = [
-        "--verifier-name-or-path", a.model,
-        "--speculator-type", "eagle3",
-        "--data-path", str(data_dir),
-        "--save-path", str(ckpt_dir),
-        "--target-layer-ids", *[str(k) for k in layer_ids],
+        *speculators_argv(a, "eagle3", out, data_dir, ckpt_dir, budget, layer_ids),
         "--num-layers", str(a.num_draft_layers),
         "--draft-vocab-size", str(a.draft_vocab_size or tcfg.vocab_size),
-        "--draft-attn-impl", "sdpa",
-        "--loss-implementation", "eager",
         "--ttt-steps", str(a.ttt_steps),
         "--ttt-step-loss-decay", str(a.loss_decay),
-        "--optimizer", a.optimizer,
-        "--lr", str(a.lr),
-        "--scheduler-type", a.lr_scheduler,
-        "--scheduler-warmup-steps", str(a.warmup_steps),
-        "--max-steps", str(a.steps),
-        "--epochs", "1",
-        "--total-seq-len", str(budget),
-        "--hidden-states-dtype", "float32",
-        "--num-workers", "0",
-        "--seed", str(a.seed),
-        "--log-dir", str(out / "logs"),
-        "--no-resume-from-checkpoint",
     ]  # fmt: skip
     if a.arch == "classic":
         argv += ["--no-norm-before-fc", "--no-norm-before-residual", "--no-norm-output"]
-    cfg = TrainConfig.resolve(argv)
-    args = argparse.Namespace(**cfg.flatten())
-    print("equivalent: speculators train " + " ".join(argv), flush=True)
-    cfg.save(str(out))  # run.yaml + train_command.txt
-
-    set_seed(args.seed, args.deterministic_cuda)
-    setup_metric_logger(loggers=args.logger, run_name=args.run_name, output_dir=args.log_dir)
-    capture = MetricCapture()
-    logging.getLogger("speculators.metrics").addHandler(capture)
+    args, capture = resolve(argv, out)
 
     d2t, t2d, draft_vocab_size = parse_vocab_mappings(args)
     model_class = SpeculatorModel.registry["eagle3"]
