@@ -13,6 +13,7 @@ Eagle3DraftModel (ship/check_engine_load.py). Prints a Markdown table (docs/BENC
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -23,9 +24,17 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _engine_reference() -> Any:
+    """tests/unit/ship/engine_reference.py: the engines' own forward passes, re-implemented for the tests."""
+    spec = importlib.util.spec_from_file_location("engine_reference", REPO / "tests/unit/ship/engine_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _doc_diff(kind: str, engine: str, out: Path, ckpt: str, built_layout: str) -> float:
-    sys.path.insert(0, str(REPO / "tests" / "unit" / "scripts"))
-    import engine_reference as ref
+    ref = _engine_reference()
 
     from draftsmith.models.checkpoint import load_drafter, read_drafter_config
     from draftsmith.models.mtp import shift_tokens

@@ -3,8 +3,8 @@ of draftsmith and with this checkout, then compare bit for bit.
 
     python -m bench.compare_revisions --rev ff28ead --target ~/.cache/draftsmith/targets/small-seed0
 
-The older revision runs from a `git worktree`, imported through a `draftsmith` package folder of symlinks put
-first on PYTHONPATH (so the installed checkout is not used). Both trainings run the recipe (default: the
+The older revision runs from a `git worktree`, imported from its src/ folder (or, for revisions of the flat layout,
+through a `draftsmith` package folder of symlinks) put first on PYTHONPATH, so the installed checkout is not used. Both trainings run the recipe (default: the
 quickstart's recipes/medusa/toy.yaml, whose drafter section is `model:` before draftsmith 0.2 and `draft:`
 after; the overrides are the same) with one thread each; then both evaluators decode the same held-out prompts
 with the NEW checkpoint. Prints whether the final weights are bit-identical, whether metrics.jsonl matches
@@ -34,6 +34,8 @@ def _old_checkout(rev: str, root: Path) -> tuple[Path, Path]:
     """`(source tree, PYTHONPATH folder)` of `rev`."""
     src = root / "src"
     subprocess.run(["git", "worktree", "add", "-f", "-q", str(src), rev], cwd=REPO, check=True)
+    if (src / "src" / "draftsmith").is_dir():  # the src/ layout (draftsmith 0.3 on)
+        return src, src / "src"
     pkg = root / "pkg" / "draftsmith"
     pkg.mkdir(parents=True)
     for name in PACKAGES:

@@ -12,8 +12,6 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # bench/ (benchmarks and peer harnesses) is run from a checkout, not installed
-    sys.path.insert(0, str(REPO))
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 torch.set_num_threads(min(2, torch.get_num_threads()))

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from _run import REPO, SHORT, env, run_recipe, same_weights
 
+from draftsmith.runtime.run_lock import LOCK_NAME
 from draftsmith.train.core.metrics import read_metrics
-from draftsmith.train.core.run_lock import LOCK_NAME
 
 FAULT = str(REPO / "tests" / "recipes" / "_fault.py")
 

@@ -14,8 +14,8 @@ import sys
 import pytest
 from _run import SHORT, run_recipe, same_weights
 
+from draftsmith.runtime.run_lock import LOCK_NAME
 from draftsmith.train.core.metrics import read_metrics
-from draftsmith.train.core.run_lock import LOCK_NAME
 
 
 def _interrupted(straight, tmp_path, keep=("checkpoint-2", "checkpoint-4")):

@@ -126,7 +126,7 @@ def test_medusa_depth_beyond_its_heads_and_foreign_tokenizer_are_refused(
 
 def test_script_entry_point_runs_from_a_checkout():
     out = subprocess.run(
-        [sys.executable, str(REPO / "eval" / "acceptance.py"), "--help"],
+        [sys.executable, "-m", "draftsmith.eval.acceptance", "--help"],
         capture_output=True,
         text=True,
         check=True,

@@ -83,7 +83,7 @@ def _saved_heads(t, path):
 def test_one_flipped_byte_in_the_weights_is_refused_by_load_export_and_eval(tmp_path, tiny_random_target):
     """config.json records the weights' sha256; loading (eval, push) and export check it."""
     from draftsmith.eval.drafters import load_drafter_spec
-    from draftsmith.models.checkpoint import DamagedFile
+    from draftsmith.runtime.files import DamagedFile
     from draftsmith.ship.export import read_source
 
     out = _saved_heads(tiny_random_target, tmp_path / "final")
@@ -101,8 +101,8 @@ def test_one_flipped_byte_in_the_weights_is_refused_by_load_export_and_eval(tmp_
 
 
 def test_damaged_or_mismatched_checkpoint_files_name_the_file(tmp_path, tiny_random_target):
-    from draftsmith.models.checkpoint import DamagedFile
-    from draftsmith.models.errors import UserError
+    from draftsmith.runtime.errors import UserError
+    from draftsmith.runtime.files import DamagedFile
 
     out = _saved_heads(tiny_random_target, tmp_path / "a")
     config = out / "config.json"
@@ -125,7 +125,7 @@ def test_damaged_or_mismatched_checkpoint_files_name_the_file(tmp_path, tiny_ran
 
 
 def test_a_training_checkpoint_passed_as_a_drafter_points_to_final(tmp_path):
-    from draftsmith.models.errors import UserError
+    from draftsmith.runtime.errors import UserError
 
     ckpt = tmp_path / "run" / "checkpoint-20"
     ckpt.mkdir(parents=True)

@@ -5,7 +5,7 @@ import errno
 
 import pytest
 
-from draftsmith.models.errors import UserError, run_main
+from draftsmith.runtime.errors import UserError, run_main
 
 
 def _raise(exc):
@@ -39,7 +39,7 @@ def test_require_space_names_both_figures(tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
 
-    from draftsmith.models.errors import DiskFull, format_bytes, require_space
+    from draftsmith.runtime.errors import DiskFull, format_bytes, require_space
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 10**12 - 2_500_000_000, 2_500_000_000))

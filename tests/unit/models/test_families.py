@@ -14,6 +14,7 @@ import torch
 from draftsmith.models.families import ENGINES, FAMILIES, family, train_methods
 
 REPO = Path(__file__).resolve().parents[3]
+SRC = REPO / "src" / "draftsmith"
 PARTS = ("module", "config", "loss", "train_method", "drafter")
 
 
@@ -27,7 +28,7 @@ def test_every_part_exists_or_says_why_not(kind):
             with pytest.raises(ValueError, match=f"has no {part}"):
                 f.resolve(part)
         elif part == "train_method":
-            assert (REPO / "train" / f"{f.train_method}.py").is_file()
+            assert (SRC / "train" / f"{f.train_method}.py").is_file()
         else:
             assert callable(f.resolve(part)), (kind, part)
     if f.config is not None:
@@ -57,7 +58,7 @@ def test_no_other_table_is_keyed_by_kind():
     literal = re.compile(r"\{\s*\(?\"(medusa|eagle3?|mtp|draft_lm|dflash|peagle)\"")
     offenders = []
     for folder in ("models", "train", "eval", "ship", "scripts", "data", "toy"):
-        for path in (REPO / folder).rglob("*.py"):
+        for path in (SRC / folder).rglob("*.py"):
             if path.name != "families.py" and literal.search(path.read_text()):
                 offenders.append(str(path.relative_to(REPO)))
     assert offenders == []

@@ -5,9 +5,7 @@ short run through `draftsmith train peagle`."""
 from __future__ import annotations
 
 import math
-import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +18,6 @@ from draftsmith.models.peagle import PEagleConfig, PEagleDraft, cod_sample, item
 from draftsmith.train.eagle import step_masks
 from draftsmith.train.peagle import PEagleMethod, batch_items, depth_loss, item_dpace_weights, item_targets
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "recipes"))  # tests/recipes/_run.py
 V, H = 48, 32
 
 

@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import engine_reference as ref
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -29,9 +30,6 @@ from draftsmith.ship.layouts.common import (
     to_engine_ids,
     validate,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-import engine_reference as ref  # noqa: E402
 
 VD = 100  # pruned EAGLE-3 draft vocabulary
 
@@ -289,7 +287,7 @@ def _broken(ckpt: Path, tmp_path: Path, state_edit=None, config_edit=None) -> Pa
     if config_edit is not None:
         config_edit(config)
     # As a buggy trainer would write it: consistent hashes, so the export's own checks are what refuse it.
-    from draftsmith.models.checkpoint import record_hashes
+    from draftsmith.runtime.files import record_hashes
 
     config["weights_sha256"] = record_hashes(copy, ["model.safetensors"])
     (copy / "config.json").write_text(json.dumps(config))
@@ -495,7 +493,7 @@ def test_another_target_of_the_same_shapes_and_tokenizer_is_refused(checkpoints,
 def test_an_export_into_a_directory_another_writer_holds_is_refused(checkpoints, tmp_path):
     """Exports lock beside their directory (which must hold only the export); a held lock refuses, in one line,
     and nothing is written."""
-    from draftsmith.train.core.run_lock import DirectoryBusy, RunLock
+    from draftsmith.runtime.run_lock import DirectoryBusy, RunLock
 
     holder = RunLock(tmp_path, "export", name=".out.draftsmith.lock").acquire()
     with pytest.raises(DirectoryBusy, match=r"in use by export, pid \d+"):

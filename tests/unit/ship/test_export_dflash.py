@@ -5,9 +5,9 @@ SGLang: output of layer j = hidden_states[j + 1]; speculators: hidden_states[i])
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import engine_reference as ref
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -16,9 +16,6 @@ from draftsmith.models.checkpoint import load_drafter, save_drafter
 from draftsmith.models.dflash import DFlashConfig, DFlashDraft
 from draftsmith.ship.export import export
 from draftsmith.ship.layouts.common import ExportError
-
-sys.path.insert(0, str(Path(__file__).parent))
-import engine_reference as ref  # noqa: E402
 
 B, TAPS, MASK = 4, [2, 3], 5
 

@@ -5,9 +5,9 @@ the engine's config and serve command, and is refused for the engines that do no
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import engine_reference as ref
 import pytest
 import torch
 
@@ -17,9 +17,6 @@ from draftsmith.models.eagle3 import build_vocab_map
 from draftsmith.models.peagle import PEagleConfig, PEagleDraft
 from draftsmith.ship.export import export
 from draftsmith.ship.layouts.common import ExportError
-
-sys.path.insert(0, str(Path(__file__).parent))
-import engine_reference as ref  # noqa: E402
 
 VD, LAYERS, DEPTHS, MASK = 100, 3, 4, 7
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from draftsmith.train.core.run_lock import LOCK_NAME, DirectoryBusy, RunLock
+from draftsmith.runtime.run_lock import LOCK_NAME, DirectoryBusy, RunLock
 
 
 def _dead_pid() -> int:

@@ -1,0 +1,244 @@
+"""Measure a drafter by real speculative decoding against the real target on held-out prompts.
+
+    draftsmith eval --target DIR_OR_HUB_ID --drafter CKPT|ngram|self|HF_DIR --data FILE [options]
+    python -m draftsmith.eval.acceptance ...   (the same)
+
+Each conversation's prompt is everything up to its last user turn, rendered with the target's chat template
+and generation prompt. Multi-turn items (MT-bench) run every turn, each conditioned on the model's own
+earlier answers. Prints a Markdown table; writes a JSON report (--report), a bar plot of acceptance by depth
+(--plot) and, with --save-eval, the report as eval.json in the drafter checkpoint. --min-tau X is the
+deployment gate (eval/gate.py): exit status 3 when tau < X or the lossless check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from draftsmith.eval.gate import FAIL, gate
+from draftsmith.eval.settings import EvalArgs, parse_eval_args
+from draftsmith.eval.settings import build_parser as build_eval_parser
+
+logger = logging.getLogger(__name__)
+
+
+# What to do with the report, not how it was measured: kept out of the report's settings.
+NOT_SETTINGS = ("progress", "report", "plot", "save_eval", "min_tau")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return build_eval_parser(__doc__ or "")
+
+
+def parse(argv: Sequence[str] | None) -> EvalArgs:
+    """The evaluator's settings from a command line (`--config FILE`, `KEY=VALUE`, `--flags`)."""
+    return parse_eval_args(build_parser(), argv)
+
+
+def _versions(device: torch.device) -> dict[str, Any]:
+    import transformers
+
+    from draftsmith.runtime.files import draftsmith_version
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
+    return {
+        "draftsmith": draftsmith_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "device_name": name,
+        "cpu_threads": torch.get_num_threads(),
+    }
+
+
+def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[str, Any]:
+    """Run the evaluation `args` describes and return the report (see eval/report.py for the metrics).
+
+    `target` / `drafter` may be passed pre-loaded (tests, benchmarks); otherwise they are loaded from args.
+    """
+    from tqdm.auto import tqdm
+
+    from draftsmith.data.chat_render import render_prompt
+    from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
+    from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
+    from draftsmith.eval.drafters import load_drafter_spec, served_target
+    from draftsmith.eval.drift import adapter_drift
+    from draftsmith.eval.report import TurnResult, per_prompt_rows, summarize
+    from draftsmith.eval.sampling import Sampling
+    from draftsmith.eval.tree import parse_tree
+    from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+
+    sampling = Sampling(args.temperature, args.top_p, args.top_k)
+    if args.check_lossless and not sampling.greedy:
+        raise ValueError("--check-lossless compares with greedy decoding: it needs --temperature 0")
+    if args.check_lossless and not args.baseline:
+        raise ValueError("--check-lossless needs the plain-decoding baseline: drop --no-baseline")
+    if args.num_prompts < 0 or args.max_new_tokens < 1:
+        raise ValueError("--num-prompts must be >= 0 and --max-new-tokens >= 1")
+    parse_tree(args.tree, args.depth if args.depth is not None else 1)  # a bad --tree fails before loading
+    convs = read_conversations(args.data, args.format)
+    convs = [c for c in convs if prompt_turns(c)]
+    if not convs:
+        raise ValueError(f"--data {args.data}: no conversation with a user turn to use as a prompt")
+    if args.num_prompts:
+        if args.num_prompts > len(convs):
+            logger.warning(
+                "--num-prompts %d: %s has only %d usable conversations; evaluating those",
+                args.num_prompts, args.data, len(convs),
+            )  # fmt: skip
+        convs = convs[: args.num_prompts]
+    if target is None:
+        device = torch.device(
+            ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+        )
+        target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)
+    original = None
+    served = served_target(args.drafter, target)  # the drafter's family says whether it changes the target
+    if served is not None:  # e.g. Medusa-2: the adapted target is what gets served, so it is what is measured
+        original, target = target, served
+    if drafter is None:
+        drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min)
+    depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
+    shape = parse_tree(args.tree, depth)
+    decoder = SpeculativeDecoder(target, drafter, shape, sampling, args.acceptance, args.kv_cache)
+    max_pos = getattr(target.model.config, "max_position_embeddings", None)
+    if max_pos is not None and args.max_new_tokens >= max_pos:
+        raise ValueError(
+            f"--max-new-tokens must be in 1..{max_pos - 1}: the target's context holds {max_pos} positions, "
+            "prompt included"
+        )
+    stop_ids = stop_token_ids(target)
+    device = target.device
+
+    def generator(index: int, turn: int) -> torch.Generator:
+        return torch.Generator(device).manual_seed(args.seed * 1_000_003 + index * 101 + turn)
+
+    # Warm-up (not measured): allocator, kernels and lazy imports would otherwise bill the first prompt.
+    warm = render_prompt(target.tokenizer, prompt_turns(convs[0])[0], convs[0].tools)[-64:]
+    decoder.generate(warm, 8, generator(-1, 0))
+    plain_decode(target, warm, 8, sampling, generator(-1, 0), stop_ids, args.kv_cache)
+
+    turns: list[TurnResult] = []
+    skipped: list[str] = []
+    bar = tqdm(convs, desc="eval", unit="prompt", disable=not args.progress)
+    for index, conv in enumerate(bar):
+        item = conv.id or conv.source
+        answers: list[str] = []
+        for k, prompt_msgs in enumerate(prompt_turns(conv)):
+            prompt = render_prompt(target.tokenizer, with_answers(prompt_msgs, answers), conv.tools)
+            if max_pos is not None and len(prompt) + args.max_new_tokens > max_pos:
+                skipped.append(
+                    f"{item} turn {k}: {len(prompt)} prompt tokens + {args.max_new_tokens} > {max_pos}"
+                )
+                break
+            spec = decoder.generate(prompt, args.max_new_tokens, generator(index, k))
+            base = (
+                plain_decode(
+                    target, prompt, args.max_new_tokens, sampling, generator(index, k), stop_ids, args.kv_cache
+                )
+                if args.baseline
+                else None
+            )
+            turns.append(TurnResult(item, k, len(prompt), spec, base))
+            text_ids = [t for t in spec.tokens if t not in stop_ids]
+            answers.append(target.tokenizer.decode(text_ids, skip_special_tokens=True))
+        running = summarize(turns)["tau"] if turns else None
+        bar.set_postfix(tau=f"{running:.3f}" if running else "-")
+    if skipped:
+        logger.warning(
+            "skipped %d turns longer than the target's context: %s", len(skipped), "; ".join(skipped[:3])
+        )
+    if not turns:
+        raise ValueError("every prompt was longer than the target's context window; lower --max-new-tokens")
+
+    report = summarize(turns)
+    if original is not None:
+        firsts = [render_prompt(target.tokenizer, prompt_turns(c)[0], c.tools) for c in convs]
+        report["adapter_drift"] = adapter_drift(
+            original, target, [p for p in firsts if max_pos is None or len(p) + args.max_new_tokens <= max_pos],
+            args.max_new_tokens,
+        )  # fmt: skip
+    rows = per_prompt_rows(turns)
+    lossless = None
+    if args.check_lossless:
+        for row, t in zip(rows, turns, strict=True):
+            row["matches_greedy"] = t.baseline is not None and t.spec.tokens == t.baseline.tokens
+        lossless = all(r["matches_greedy"] for r in rows)
+    settings = {
+        **{k: v for k, v in asdict(args).items() if k not in NOT_SETTINGS},
+        "depth": depth,
+        "max_draft_tokens": shape.num_draft,
+        "drafter_kind": getattr(drafter, "name", type(drafter).__name__),
+        "target_identity": target.identity(),
+        "versions": _versions(device),
+    }
+    report.update(
+        {
+            "num_prompts": len({t.item for t in turns}),
+            "num_turns": len(turns),
+            "skipped_turns": skipped,
+            "lossless": lossless,
+            "settings": settings,
+            "per_prompt": rows,
+        }
+    )
+    return report
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    """Write atomically (a temporary file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def run(args: EvalArgs) -> int:
+    from draftsmith.eval.report import markdown, plot_acceptance
+
+    if args.save_eval and not (Path(args.drafter) / "config.json").is_file():
+        raise ValueError("--save-eval writes eval.json into a draftsmith checkpoint; --drafter is not one")
+    report = evaluate(args)
+    print(markdown(report))
+    if report["lossless"] is False:
+        bad = [f"{r['id']} turn {r['turn']}" for r in report["per_prompt"] if not r["matches_greedy"]]
+        print(f"LOSSLESS CHECK FAILED: {len(bad)} answers differ from greedy decoding: {', '.join(bad[:5])}")
+    if args.report:
+        write_json(report, Path(args.report))
+        print(f"report: {args.report}")
+    if args.plot:
+        plot_acceptance(report, Path(args.plot))
+        print(f"plot: {args.plot}")
+    if args.save_eval:
+        write_json(report, Path(args.drafter) / "eval.json")
+        print(f"report saved in the checkpoint: {Path(args.drafter) / 'eval.json'}")
+    if args.min_tau is not None:  # the deployment gate: the same rule as `draftsmith gate --min-tau`
+        passed, reason = gate(report, None, args.min_tau, max_drop=0.0)
+        if not passed:
+            print(f"gate failed: {reason} (drafter {args.drafter})", file=sys.stderr)
+            return FAIL
+    if report["lossless"] is False:
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from draftsmith.runtime.errors import run_main
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = parse(argv)
+    return run_main(lambda _: run(args), [])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

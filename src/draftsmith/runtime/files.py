@@ -1,0 +1,99 @@
+"""Files written whole or not at all, and checked when read back: sha256 records, JSON that names where it is
+broken, directories replaced by a rename. Every stage that writes a run, a checkpoint, a cache or an export uses
+these, so they live on the ground floor."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+
+class DamagedFile(UserError):
+    """A file is unreadable, or differs from the sha256 recorded when it was written."""
+
+
+def sha256_file(path: Path, block: int = 1 << 24) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def record_hashes(directory: Path, names: list[str]) -> dict[str, str]:
+    """`{name: sha256}` of files in `directory`, for a config that later `verify_hashes` checks."""
+    return {name: sha256_file(directory / name) for name in names}
+
+
+def verify_hashes(directory: Path, recorded: dict[str, str] | None, where: str) -> None:
+    """Check every file against the sha256 recorded in `where` (a checkpoint written before hashes were
+    recorded has none: nothing to check).
+
+    Raises:
+        DamagedFile: a file is missing or differs (one flipped byte is enough).
+    """
+    for name, digest in (recorded or {}).items():
+        path = directory / name
+        if not path.is_file():
+            raise DamagedFile(f"{path} is missing (listed in {where})")
+        if sha256_file(path) != digest:
+            raise DamagedFile(
+                f"{path} does not match the sha256 recorded in {where}: the file was changed or damaged after it "
+                "was written; restore it, or export / train it again"
+            )
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file, or one line naming the file, line and column where it is not valid JSON."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise DamagedFile(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg})") from None
+
+
+def draftsmith_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("draftsmith")
+    except PackageNotFoundError:
+        return "0.0.0+source"
+
+
+@contextlib.contextmanager
+def atomic_dir(final_dir: Path) -> Iterator[Path]:
+    """`with atomic_dir(out) as tmp:` write into `tmp` (a fresh sibling of `out`; a leftover from a killed
+    write is cleared); on success `tmp` replaces `out` by a rename, so readers see the old or the new
+    directory, never half of one. On any failure (a full disk, a bug) `tmp` is removed and `out` is untouched."""
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final_dir.with_name(final_dir.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk gets its space back
+        raise
+    commit_dir(tmp, final_dir)
+
+
+def commit_dir(tmp: Path, final_dir: Path) -> None:
+    """Replace `final_dir` by `tmp` (a rename, so readers see the old or the new directory, never half)."""
+    if final_dir.exists():
+        old = final_dir.with_name(final_dir.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final_dir, old)
+        os.replace(tmp, final_dir)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final_dir)

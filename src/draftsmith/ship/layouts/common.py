@@ -1,0 +1,353 @@
+"""What every engine export shares: the target it is checked against, the layer-id translation table, the
+validator, and the atomic writer.
+
+An exporter builds an `Export` (engine config + tensors under the engine's names) from a draftsmith
+checkpoint; `validate` then checks it against a `LayoutSpec` that is derived independently, from the target's
+config and the drafter's hyper-parameters only (the names, shapes and config values the engine reads, as
+docs/ENGINES.md describes them). Nothing is written unless every check passes,
+because every failure class below made an engine load silently and accept ~1 token per step:
+
+- `d2t` missing for a pruned draft vocabulary (NeMo-Automodel#2447): the engine maps draft id i to target id i.
+- a wrong `max_position_embeddings` or rope setting in the draft config (SpecForge#271).
+- an `embed_tokens` that is not the target's (TorchSpec#38, vllm#50158): the engine compares or uses it.
+- a bias tensor the engine's module needs but the config does not announce, or vice versa (vllm#11126).
+- layer ids in the wrong convention (the three conventions of ENGINES.md 6.3; table below).
+- (Gemma's sqrt(H) embedding scale, ModelOpt's debug README, cannot happen: drafters embed with the plain
+  table in training, as the engines' drafts do when served; models/target.py `PlainEmbedding`.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from draftsmith.runtime.files import atomic_dir, draftsmith_version
+
+# Layer-id conventions. draftsmith's canonical id c is transformers' hidden_states[c]: the pre-norm residual
+# stream entering decoder layer c (= the output of layer c - 1). Each engine names the same tensor as
+# c + offset:
+#   vllm / speculators: offset 0. vLLM's aux-hidden-state capture appends the stream before layer k runs.
+#   sglang / official / modelopt: offset -1. SGLang's set_eagle3_layers_to_capture adds +1 internally, so id k
+#       is the OUTPUT of layer k; ModelOpt writes its ids for SGLang (Llama-3-8B default [1, 15, 28]).
+#   trtllm: offset -1. eagle3_layers_to_capture is the output of layer k (default {1, L/2-1, L-4}).
+# EAGLE-3's paper taps (canonical 2, L//2, L-3) are therefore [2, 16, 29] for vLLM and [1, 15, 28] for SGLang
+# and TensorRT-LLM when L = 32. The same official-layout config.json read by vLLM and by SGLang selects
+# different layers when it carries ids, so each export is written for one engine.
+LAYER_ID_OFFSETS: dict[str, int] = {
+    "draftsmith": 0,
+    "vllm": 0,
+    "speculators": 0,
+    "sglang": -1,
+    "official": -1,
+    "modelopt": -1,
+    "trtllm": -1,
+}
+
+
+def to_engine_ids(canonical: Sequence[int], engine: str, num_layers: int) -> list[int]:
+    """Canonical ids -> `engine`'s ids; refuses ids the engine cannot name (e.g. the embedding for SGLang)."""
+    offset = LAYER_ID_OFFSETS[engine]
+    ids = [int(c) + offset for c in canonical]
+    # Either way an engine names only layers that exist: ids 0..L-1 (before layer k runs, or after it ran).
+    bad = [c for c, i in zip(canonical, ids, strict=True) if not 0 <= i < num_layers]
+    if bad:
+        raise ExportError(
+            f"canonical layer ids {bad} have no {engine} equivalent in a {num_layers}-layer target "
+            f"({engine} ids run 0..{num_layers - 1}, canonical {-offset}..{num_layers - 1 - offset})"
+        )
+    return ids
+
+
+def from_engine_ids(ids: Sequence[int], engine: str) -> list[int]:
+    """`engine`'s ids -> canonical ids (the inverse of `to_engine_ids`)."""
+    return [int(i) - LAYER_ID_OFFSETS[engine] for i in ids]
+
+
+class ExportError(ValueError):
+    """An export that would load in the engine but compute something else; nothing was written."""
+
+
+class TargetInfo:
+    """The target an export is checked against: its config (always) and its embedding / LM head (on demand).
+
+    Args:
+        path: a local model directory or Hub id (the checkpoint's target unless overridden).
+        revision: Hub revision.
+    """
+
+    def __init__(self, path: str, revision: str | None = None):
+        from transformers import AutoConfig
+
+        self.path, self.revision = path, revision
+        try:
+            config = AutoConfig.from_pretrained(path, revision=revision)
+        except OSError as err:
+            raise FileNotFoundError(
+                f"cannot read the target config of {path!r} ({err}); pass --target DIR (the model directory the "
+                "drafter was trained on)"
+            ) from err
+        self.config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        self.num_layers = int(self.config.num_hidden_layers)
+        self.hidden_size = int(self.config.hidden_size)
+        self.vocab_size = int(self.config.vocab_size)
+        self._model: Any = None
+
+    def _load(self) -> Any:
+        if self._model is None:
+            from transformers import AutoModelForCausalLM
+
+            self._model = AutoModelForCausalLM.from_pretrained(self.path, revision=self.revision)
+        return self._model
+
+    def embedding(self) -> torch.Tensor:
+        return self._load().get_input_embeddings().weight.detach()
+
+    def lm_head(self) -> torch.Tensor:
+        return self._load().get_output_embeddings().weight.detach()
+
+    def model_type(self) -> str:
+        return str(getattr(self.config, "model_type", ""))
+
+    def identity_hashes(self) -> dict[str, str | None]:
+        """The target's tokenizer and weights fingerprints, as `FrozenTarget.identity` records them (None where
+        the directory has no tokenizer)."""
+        from transformers import AutoTokenizer
+
+        from draftsmith.models.identity import tokenizer_fingerprint, weights_fingerprint
+        from draftsmith.models.target import find_decoder
+
+        try:
+            tokenizer = tokenizer_fingerprint(AutoTokenizer.from_pretrained(self.path, revision=self.revision))
+        except (OSError, ValueError):
+            tokenizer = None
+        model = self._load()
+        norm = getattr(find_decoder(model).norm, "weight", None)
+        return {"tokenizer_sha256": tokenizer, "weights_sha256": weights_fingerprint(self.lm_head(), norm)}
+
+    def max_positions(self) -> int | None:
+        value = getattr(self.config, "max_position_embeddings", None)
+        return int(value) if value is not None else None
+
+    def rope(self) -> dict[str, Any]:
+        return rope_settings(self.config.to_dict())
+
+
+def rope_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """`{"rope_theta": float, "rope_scaling": dict | None}` from a config dict in either spelling
+    (transformers 5's `rope_parameters`, or the legacy `rope_theta` + `rope_scaling` that engines read)."""
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params:
+        theta = params["rope_theta"]
+        rest = {k: v for k, v in params.items() if k != "rope_theta"}
+        scaling = None if rest.get("rope_type", "default") == "default" and len(rest) <= 1 else rest
+    else:
+        theta = config.get("rope_theta", 10000.0)
+        scaling = config.get("rope_scaling")
+    return {"rope_theta": float(theta), "rope_scaling": scaling}
+
+
+@dataclass
+class LayoutSpec:
+    """What an engine reads, derived from the target and the drafter's hyper-parameters (never from the export).
+
+    Attributes:
+        tensors: every required tensor name -> shape.
+        optional: tensors the engine accepts but does not need -> shape.
+        config: config.json entries the engine reads (dotted paths for nested keys) -> the required value.
+        draft_vocab: `(d2t name, t2d name or None, draft vocabulary size)` when the vocabulary is mapped.
+        shared: tensor name -> "embedding" | "lm_head": must be bit-identical to the target's.
+        dtypes: tensor name -> required dtype (the vocabulary maps); others must be floating point.
+        own_embedding: the drafter has its own embedding (a draft LM), so embed_tokens is not the target's.
+    """
+
+    tensors: dict[str, tuple[int, ...]]
+    optional: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    draft_vocab: tuple[str, str | None, int] | None = None
+    shared: dict[str, str] = field(default_factory=dict)
+    dtypes: dict[str, torch.dtype] = field(default_factory=dict)
+    own_embedding: bool = False  # a draft LM has its own embedding; other drafters use the target's
+
+
+@dataclass
+class Export:
+    """An engine-layout export before it is written.
+
+    Attributes:
+        layout: the layout's name (e.g. "eagle3-sglang").
+        engine: the engine it was written for (vllm, sglang, tgi, hf).
+        config: the engine's config.json.
+        tensors: the engine's tensors (names as the engine loads them).
+        weights_file: where the tensors go.
+        serve: copy-paste serving commands, `{dir}` standing for the export directory.
+        notes: what a user of this layout must know.
+        extra: writers of more files (`name -> fn(tmp_dir)`), e.g. a tokenizer or a merged target.
+        layer_ids: `{"canonical": [...], engine: [...]}` when the drafter reads target layers.
+    """
+
+    layout: str
+    engine: str
+    config: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+    weights_file: str = "model.safetensors"
+    serve: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Callable[[Path], None]] = field(default_factory=dict)
+    layer_ids: dict[str, list[int]] | None = None
+
+
+def _get(config: dict[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+_MISSING = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=0, abs_tol=0)
+    return bool(a == b)
+
+
+def validate(export: Export, spec: LayoutSpec, target: TargetInfo) -> list[str]:
+    """Check `export` against `spec` and the target; return the checks that passed.
+
+    Raises:
+        ExportError: listing every problem found (names, shapes, config values, vocabulary map, shared
+            tensors, non-finite values).
+    """
+    problems: list[str] = []
+    passed: list[str] = []
+    names = set(export.tensors)
+    missing = sorted(set(spec.tensors) - names)
+    unknown = sorted(names - set(spec.tensors) - set(spec.optional))
+    if missing:
+        problems.append(
+            f"missing tensors the engine loads: {missing[:6]}{' ...' if len(missing) > 6 else ''}"
+        )
+    if unknown:
+        problems.append(
+            f"tensors the engine does not know (it would skip them silently): {unknown[:6]}"
+            f"{' ...' if len(unknown) > 6 else ''}"
+        )
+    shapes = {**spec.optional, **spec.tensors}
+    for name, tensor in export.tensors.items():
+        want = shapes.get(name)
+        if want is not None and tuple(tensor.shape) != tuple(want):
+            problems.append(f"{name} has shape {tuple(tensor.shape)}, the engine expects {tuple(want)}")
+        dtype = spec.dtypes.get(name)
+        if dtype is not None and tensor.dtype != dtype:
+            problems.append(f"{name} has dtype {tensor.dtype}, the engine expects {dtype}")
+        if dtype is None and not tensor.is_floating_point():
+            problems.append(f"{name} has dtype {tensor.dtype}; weights must be floating point")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            problems.append(f"{name} has NaN or infinite values")
+    if not missing and not unknown:
+        passed.append(f"{len(spec.tensors)} required tensors present with the engine's shapes, none unknown")
+    for key, want in spec.config.items():
+        got = _get(export.config, key)
+        if got is _MISSING:
+            problems.append(f"config.json lacks {key!r} (the engine needs {want!r})")
+        elif not _same(got, want):
+            problems.append(f"config.json has {key}={got!r}; the target requires {want!r}")
+    if spec.config:
+        passed.append("config values the engine reads match the target: " + ", ".join(sorted(spec.config)))
+    if spec.draft_vocab is not None:
+        _check_vocab_map(export.tensors, spec.draft_vocab, target.vocab_size, problems, passed)
+    for name, what in {**spec.shared, **_stray_embeddings(export, spec)}.items():
+        if name not in export.tensors:
+            continue
+        tensor = export.tensors[name]
+        reference = target.embedding() if what == "embedding" else target.lm_head()
+        if tuple(tensor.shape) != tuple(reference.shape) or not torch.equal(
+            tensor.to(reference.dtype), reference
+        ):
+            problems.append(f"{name} is not bit-identical to the target's {what}")
+        else:
+            passed.append(f"{name} is bit-identical to the target's {what}")
+    if not spec.own_embedding and not any(n.endswith("embed_tokens.weight") for n in names):
+        passed.append("no embed_tokens: the engine uses the target's embedding")
+    if problems:
+        raise ExportError(
+            f"{export.layout}: the export would load but not compute what was trained; nothing was written:\n- "
+            + "\n- ".join(problems)
+        )
+    return passed
+
+
+def _stray_embeddings(export: Export, spec: LayoutSpec) -> dict[str, str]:
+    """Any embed_tokens the export carries beyond the spec's shared ones must also be the target's."""
+    if spec.own_embedding:
+        return {}
+    return {
+        n: "embedding" for n in export.tensors if n.endswith("embed_tokens.weight") and n not in spec.shared
+    }
+
+
+def _check_vocab_map(
+    tensors: dict[str, torch.Tensor],
+    draft_vocab: tuple[str, str | None, int],
+    vocab_size: int,
+    problems: list[str],
+    passed: list[str],
+) -> None:
+    d2t_name, t2d_name, vd = draft_vocab
+    d2t = tensors.get(d2t_name)
+    if d2t is None:
+        if vd < vocab_size:
+            problems.append(
+                f"no {d2t_name}: the draft vocabulary has {vd} of the target's {vocab_size} tokens, and an engine "
+                f"without the map reads draft id i as target id i (NeMo-Automodel#2447)"
+            )
+        return
+    ids = torch.arange(d2t.shape[0]) + d2t.long()
+    if d2t.shape[0] != vd:
+        problems.append(f"{d2t_name} has {d2t.shape[0]} entries for a {vd}-token draft vocabulary")
+        return
+    if bool((ids < 0).any() or (ids >= vocab_size).any()) or ids.unique().numel() != vd:
+        problems.append(
+            f"{d2t_name} maps draft ids to target ids outside 0..{vocab_size - 1} or to one id twice"
+        )
+        return
+    if t2d_name is not None and t2d_name in tensors:
+        t2d = tensors[t2d_name]
+        if not torch.equal(t2d.bool().nonzero().flatten(), ids.sort().values):
+            problems.append(f"{t2d_name} does not mark exactly the target ids of {d2t_name}")
+            return
+    passed.append(f"{d2t_name} maps the {vd} draft ids to {vd} distinct target ids" + (
+        f", consistent with {t2d_name}" if t2d_name else ""))  # fmt: skip
+
+
+def write_export(export: Export, out: str | Path, source: dict[str, Any], passed: list[str]) -> Path:
+    """Write a validated export atomically (a temporary sibling renamed into place)."""
+    out = Path(out)
+    with atomic_dir(out) as tmp:
+        state = {k: v.detach().to("cpu").contiguous().clone() for k, v in export.tensors.items()}
+        save_file(state, str(tmp / export.weights_file), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(export.config, indent=2, sort_keys=True) + "\n")
+        for writer in export.extra.values():
+            writer(tmp)
+        info = {
+            "draftsmith_version": draftsmith_version(),
+            "layout": export.layout,
+            "engine": export.engine,
+            "source": source,
+            "layer_ids": export.layer_ids,
+            "validation": passed,
+            "serve": export.serve,
+            "notes": export.notes,
+        }
+        (tmp / "draftsmith_export.json").write_text(json.dumps(info, indent=2) + "\n")
+    return out

@@ -1,0 +1,237 @@
+"""Push a drafter to the Hugging Face Hub with a model card that states what was measured.
+
+    draftsmith push CKPT --repo ORG/NAME [--private] [--revision BRANCH] [--eval FILE ...] [--dry-run DIR]
+
+The uploaded folder is:
+- the draftsmith checkpoint at the root (what `draftsmith eval --drafter ORG/NAME` loads), with `eval.json`;
+- `engines/<engine>/`: the drafter exported for each engine that serves its kind, every export validated
+  against the target first (`draftsmith export`); a distilled draft LM is itself the transformers directory
+  engines load, so its root is what they serve;
+- README.md: the model card (YAML metadata: base_model, library_name, tags, license; the tau table and
+  per-depth acceptance from the acceptance reports; the recipe and data; copy-paste vLLM / SGLang commands).
+
+A drafter without an acceptance report is refused (`draftsmith eval ... --save-eval` writes one) unless
+--allow-unmeasured. `--dry-run DIR` writes exactly the folder that would be uploaded and uploads nothing.
+The token comes from the usual place (HF_TOKEN, or `hf auth login`'s cache) and is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from draftsmith.models.serving import serving_engines
+from draftsmith.runtime.errors import UserError
+
+from .export import export, read_source
+from .layouts.common import TargetInfo
+from .model_card import HUB_ID, render_card
+
+ENGINE_FOLDER = "engines"
+
+
+def hub_target(source: dict[str, Any], target: str | None, target_repo: str | None) -> str:
+    """The Hub id the upload names the target by: `--target-repo`, else the checkpoint's (or --target's) target
+    when that is a Hub id. A target known only as a local directory needs --target-repo: the card and configs
+    must not publish a local path."""
+    if target_repo is not None:
+        if not HUB_ID.match(target_repo):
+            raise ValueError(f"--target-repo {target_repo!r}: expected the target's Hub id, ORG/NAME")
+        return target_repo
+    for name in (target, source["target_name"]):
+        if name and HUB_ID.match(name) and not Path(name).expanduser().exists():
+            return name
+    raise ValueError(
+        f"the target is the local directory {target or source['target_name']}: pass --target-repo ORG/NAME (its "
+        "Hub id) so that the card, configs and serving commands name it instead of a local path"
+    )
+
+
+_ABS_PATH = re.compile(r"(?<![\w.:/])(?:~|/)(?:[\w.+@-]+/)*[\w.+@-]+")
+
+
+def scrub_local_paths(folder: Path, known: dict[str, str]) -> None:
+    """Rewrite every JSON, YAML and Markdown file under `folder`: each `known` local path becomes its public
+    name (the target's directory -> its Hub id) and any other absolute path its last component (data files,
+    output directories, checkpoints), so nothing under a home or temporary directory is published."""
+    order = sorted(known, key=len, reverse=True)
+
+    def clean(text: str) -> str:
+        for local in order:
+            text = text.replace(local, known[local])
+        return _ABS_PATH.sub(lambda m: Path(m.group(0)).name, text)
+
+    def walk(obj: Any) -> Any:
+        if isinstance(obj, str):
+            return clean(obj)
+        if isinstance(obj, list):
+            return [walk(v) for v in obj]
+        if isinstance(obj, dict):
+            return {k: walk(v) for k, v in obj.items()}
+        return obj
+
+    for path in folder.rglob("*"):
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+            cleaned = walk(data)
+            if cleaned != data:  # files without local paths (a tokenizer's) stay byte for byte as written
+                path.write_text(json.dumps(cleaned, indent=2, ensure_ascii=False) + "\n")
+        elif path.suffix in (".md", ".yaml", ".yml"):
+            text = path.read_text()
+            if clean(text) != text:
+                path.write_text(clean(text))
+
+
+def stage(
+    ckpt: str | Path, folder: Path, repo: str, reports: list[Path] | None = None, license_id: str = "other",
+    allow_unmeasured: bool = False, target: str | None = None, target_repo: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Write the folder that `push` uploads into `folder` (must not exist or be empty); returns a summary.
+    The target is named by its Hub id everywhere in it (`hub_target`), and no absolute local path remains."""
+    src = Path(ckpt).expanduser()
+    source = read_source(src)
+    public_target = hub_target(source, target, target_repo)
+    report_files = list(reports or [])
+    if not report_files and (src / "eval.json").is_file():
+        report_files = [src / "eval.json"]
+    if not report_files and not allow_unmeasured:
+        raise ValueError(
+            f"{src} has no eval.json: measure the drafter first (`draftsmith eval --target ... --drafter {src} "
+            "--data HELDOUT --save-eval`), pass --eval REPORT.json, or push anyway with --allow-unmeasured"
+        )
+    loaded = []
+    for f in report_files:
+        try:
+            loaded.append(json.loads(Path(f).read_text()))
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"--eval {f}: not a readable acceptance report ({err})") from err
+    if folder.exists() and any(folder.iterdir()):
+        raise ValueError(f"{folder} is not empty; --dry-run needs a new or empty directory")
+    folder.mkdir(parents=True, exist_ok=True)
+    for item in src.iterdir():  # the checkpoint itself (a Medusa-2 adapter/ included)
+        if item.name in ("README.md", ENGINE_FOLDER) or item.name.endswith((".tmp", ".old")):
+            continue
+        (shutil.copytree if item.is_dir() else shutil.copy2)(item, folder / item.name)
+    if len(loaded) > 1 or report_files[:1] != [src / "eval.json"]:
+        for i, report in enumerate(loaded):  # the reports the card cites travel with it
+            name = "eval.json" if i == 0 else f"eval-{i}.json"
+            (folder / name).write_text(json.dumps(report, indent=2) + "\n")
+    exports: dict[str, dict[str, Any]] = {}
+    # The engines that serve this kind for this target (an EAGLE-3 head with the qwen3 layer: vLLM only).
+    target_config = TargetInfo(target or source["target_name"], source["target"].get("revision")).config
+    engines = list(serving_engines(source["kind"], target_config, source["config"].get("drafter", {}).get("layer", "llama")))
+    if source["kind"] == "draft_lm":  # the root is the transformers directory engines load
+        for engine in engines:
+            with tempfile.TemporaryDirectory() as tmp:
+                _, _, built = export(src, engine, Path(tmp) / "x", target)
+            exports[engine] = {
+                "folder": "",
+                "layout": built.layout,
+                "serve": built.serve,
+                "notes": built.notes,
+            }
+    else:
+        for engine in engines:
+            out, _, built = export(src, engine, folder / ENGINE_FOLDER / engine, target)
+            (out / "eval.json").unlink(missing_ok=True)  # one copy, at the root
+            exports[engine] = {"folder": f"{ENGINE_FOLDER}/{engine}", "layout": built.layout,
+                               "serve": built.serve, "notes": built.notes}  # fmt: skip
+    card_source = {**source, "target": {**source["target"], "name_or_path": public_target}}
+    (folder / "README.md").write_text(render_card(repo, card_source, loaded, exports, license_id))
+    local_target = target or source["target_name"]
+    known = {local_target: public_target}
+    if Path(local_target).expanduser().exists():
+        known[str(Path(local_target).expanduser().resolve())] = public_target
+    scrub_local_paths(folder, known)
+    return {"folder": str(folder), "engines": list(exports), "reports": len(loaded), "target": public_target}
+
+
+def upload(folder: Path, repo: str, private: bool, revision: str | None, message: str) -> str:
+    """create_repo + upload_folder; returns the commit URL. The token is read by huggingface_hub itself."""
+    from huggingface_hub import HfApi, get_token
+
+    if get_token() is None:
+        raise ValueError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (or use --dry-run DIR)")
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi()
+    try:
+        api.create_repo(repo_id=repo, repo_type="model", private=private, exist_ok=True)
+        if revision:
+            api.create_branch(repo_id=repo, branch=revision, repo_type="model", exist_ok=True)
+        info = api.upload_folder(
+            repo_id=repo, folder_path=str(folder), repo_type="model", revision=revision, commit_message=message
+        )
+    except HfHubHTTPError as err:
+        raise UserError(f"the Hub refused the upload to {repo}: {str(err).splitlines()[0][:200]}") from None
+    except Exception as err:
+        if not _network_error(err):
+            raise
+        raise UserError(
+            f"cannot reach the Hugging Face Hub ({type(err).__name__}: {str(err)[:100]}); nothing was uploaded. "
+            "Retry when online, or write the folder with --dry-run DIR and upload it later"
+        ) from None
+    return str(getattr(info, "commit_url", info))
+
+
+def _network_error(err: BaseException) -> bool:
+    """A connection, DNS, timeout or offline-mode failure, whichever HTTP library huggingface_hub uses."""
+    names = {c.__name__ for c in type(err).__mro__}
+    return bool(names & {"ConnectError", "NetworkError", "TransportError", "TimeoutException", "ConnectionError",
+                         "Timeout", "OfflineModeIsEnabled"})  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="draftsmith push", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("checkpoint", help="a draftsmith drafter checkpoint (a training run's final/)")
+    p.add_argument("--repo", required=True, help="the Hub repository, ORG/NAME (created if absent)")
+    p.add_argument("--private", action="store_true", help="create the repository as private")
+    p.add_argument("--revision", default=None, help="branch to push to (created if absent; default main)")
+    p.add_argument("--eval", action="append", default=None, metavar="REPORT",
+                   help="acceptance report(s) for the card (default: the checkpoint's eval.json); repeatable")  # fmt: skip
+    p.add_argument(
+        "--license", default="other", help="license identifier for the card metadata (default other)"
+    )
+    p.add_argument("--target", default=None, help="the target directory / Hub id (default: the checkpoint's)")
+    p.add_argument(
+        "--target-repo", default=None, metavar="ORG/NAME",
+        help="the target's Hub id, named in the card and configs (required when the target is a local directory)",
+    )  # fmt: skip
+    p.add_argument("--allow-unmeasured", action="store_true", help="push without an acceptance report")
+    p.add_argument(
+        "--dry-run", default=None, metavar="DIR", help="write the folder that would be uploaded; no upload"
+    )
+    p.add_argument("--message", default=None, help="commit message")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if not HUB_ID.match(args.repo):
+        raise ValueError(f"--repo {args.repo!r}: expected ORG/NAME (letters, digits, '-', '_', '.')")
+    reports = [Path(f) for f in args.eval] if args.eval else None
+    if args.dry_run:
+        summary = stage(args.checkpoint, Path(args.dry_run), args.repo, reports, args.license,
+                        args.allow_unmeasured, args.target, args.target_repo)  # fmt: skip
+        files = sorted(str(p.relative_to(args.dry_run)) for p in Path(args.dry_run).rglob("*") if p.is_file())
+        print(f"dry run: {len(files)} files in {args.dry_run} (engines: {', '.join(summary['engines'])}); "
+              "nothing uploaded")  # fmt: skip
+        for f in files:
+            print(f"  {f}")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "upload"
+        stage(args.checkpoint, folder, args.repo, reports, args.license, args.allow_unmeasured, args.target,
+              args.target_repo)  # fmt: skip
+        message = args.message or f"draftsmith: {read_source(args.checkpoint)['kind']} drafter"
+        url = upload(folder, args.repo, args.private, args.revision, message)
+    print(f"pushed {args.checkpoint} to https://huggingface.co/{args.repo} ({url})")
+    return 0
