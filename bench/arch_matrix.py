@@ -31,20 +31,36 @@ KINDS: dict[str, tuple[str, str, list[str]]] = {  # kind -> (train method, recip
     "medusa2": ("medusa", "medusa/medusa2_toy.yaml", ["draft.num_heads=2", "medusa2.warmup_steps=1"]),
     "eagle": ("eagle", "eagle/eagle1_toy.yaml", []),
     "eagle3": ("eagle", "eagle/eagle3_tiny.yaml", ["draft.feature_layers=[1,2,3]", "draft.ttt_steps=2"]),
-    "eagle3_qwen3": ("eagle", "eagle/eagle3_tiny.yaml",
-                     ["draft.feature_layers=[1,2,3]", "draft.ttt_steps=2", "draft.layer=qwen3"]),
+    "eagle3_qwen3": (
+        "eagle",
+        "eagle/eagle3_tiny.yaml",
+        ["draft.feature_layers=[1,2,3]", "draft.ttt_steps=2", "draft.layer=qwen3"],
+    ),
     "mtp": ("mtp", "mtp/toy.yaml", ["draft.num_modules=1", "train.allow_unserved=false"]),
     "draft_lm": ("distill", "distill/toy.yaml", []),
     "dflash": ("dflash", "dflash/tiny.yaml", ["draft.feature_layers=[1,2,3]", "draft.num_anchors=8"]),
     "peagle": ("peagle", "peagle/tiny.yaml", ["draft.feature_layers=[1,2,3]"]),
 }
-EXPORT_KIND = {"medusa2": "medusa", "eagle3_qwen3": "eagle3"}  # the checkpoint kind a training kind exports as
+EXPORT_KIND = {
+    "medusa2": "medusa",
+    "eagle3_qwen3": "eagle3",
+}  # the checkpoint kind a training kind exports as
 DRAFT_LAYER = {"eagle3_qwen3": "qwen3"}  # speculators' qwen3 draft layer: vLLM serves it, SGLang does not
 COMMON = [
-    "data.train=[stdlib:train]", "data.eval=[stdlib:heldout]", "data.max_samples=8", "data.eval_max_samples=2",
-    "data.max_len=64", "train.max_steps=3", "train.micro_batch_size=2", "train.grad_accum=1",
-    "checkpoint.every=0", "eval.every=0", "eval.micro_batch_size=2", "log.every=1", "log.wandb=false",
-]  # fmt: skip
+    "data.train=[stdlib:train]",
+    "data.eval=[stdlib:heldout]",
+    "data.max_samples=8",
+    "data.eval_max_samples=2",
+    "data.max_len=64",
+    "train.max_steps=3",
+    "train.micro_batch_size=2",
+    "train.grad_accum=1",
+    "checkpoint.every=0",
+    "eval.every=0",
+    "eval.micro_batch_size=2",
+    "log.every=1",
+    "log.wandb=false",
+]
 
 
 @dataclass
@@ -153,9 +169,16 @@ def run_cell(arch: str, kind: str, root: Path) -> CellResult:
     result.train = result.train or "ok"
     try:
         report = evaluate(
-            EvalArgs(target=str(target), drafter=str(run / "final"), data="stdlib:heldout", num_prompts=2,
-                     max_new_tokens=16, check_lossless=True, progress=False)
-        )  # fmt: skip
+            EvalArgs(
+                target=str(target),
+                drafter=str(run / "final"),
+                data="stdlib:heldout",
+                num_prompts=2,
+                max_new_tokens=16,
+                check_lossless=True,
+                progress=False,
+            )
+        )
         result.lossless = "ok" if report["lossless"] is True else "FAIL: differs from greedy decoding"
     except Exception as err:  # noqa: BLE001
         result.lossless = f"FAIL: {type(err).__name__}: {err}"[:300]
@@ -202,8 +225,11 @@ def table(results: Sequence[CellResult]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.arch_matrix", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m bench.arch_matrix",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", type=Path, default=Path("runs/arch-matrix"), help="work directory")
     p.add_argument(
         "--arch", action="append", help="architectures (default: all the installed transformers has)"
@@ -216,8 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for arch in archs:
         for kind in args.kind or list(KINDS):
             r = run_cell(arch, kind, args.out)
-            print(f"{arch:12s} {kind:9s} {'green' if r.green else 'RED'} {r.seconds:5.1f}s  train={r.train} "
-                  f"lossless={r.lossless} exports={r.exports}", flush=True)  # fmt: skip
+            print(
+                f"{arch:12s} {kind:9s} {'green' if r.green else 'RED'} {r.seconds:5.1f}s  train={r.train} "
+                f"lossless={r.lossless} exports={r.exports}",
+                flush=True,
+            )
             results.append(r)
     print(table(results))
     if args.json:

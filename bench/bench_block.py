@@ -41,7 +41,12 @@ LINEUP: dict[str, tuple[str, str, list[str]]] = {
     "medusa": ("medusa", "medusa/toy.yaml", []),
     "mtp": ("mtp", "mtp/toy.yaml", ["train.allow_unserved=true"]),
 }
-TREES = {"eagle3": "dynamic:4:16", "eagle1": "dynamic:4:16", "peagle": None, "peagle-dpace": None}  # default topk:3
+TREES = {
+    "eagle3": "dynamic:4:16",
+    "eagle1": "dynamic:4:16",
+    "peagle": None,
+    "peagle-dpace": None,
+}  # default topk:3
 EXTRA_DEPTH = {"dflash": 7}
 
 
@@ -56,8 +61,14 @@ def train(args: argparse.Namespace) -> None:
             continue
         method, recipe, overrides = LINEUP[name]
         data = [f"data.train=[{args.train_data}]", f"data.eval=[{args.eval_data}]"] if args.train_data else []
-        argv = ["--config", str(RECIPES / recipe), f"target.path={args.target}", f"output_dir={args.out / name}",
-                *overrides, *data]  # fmt: skip
+        argv = [
+            "--config",
+            str(RECIPES / recipe),
+            f"target.path={args.target}",
+            f"output_dir={args.out / name}",
+            *overrides,
+            *data,
+        ]
         code = importlib.import_module(f"draftsmith.train.{method}").main(argv)
         if code:
             raise SystemExit(f"training {name} exited {code}")
@@ -85,21 +96,51 @@ def evaluate_all(args: argparse.Namespace) -> None:
     for name in _names(args.only):
         spec = "ngram" if name == "ngram" else str(args.out / name / "final")
         d = _depth(spec)
-        cells = [("chain", d), *([(t, d)] if (t := _tree(name)) else []),
-                 *([("chain", EXTRA_DEPTH[name])] if name in EXTRA_DEPTH else [])]  # fmt: skip
+        cells = [
+            ("chain", d),
+            *([(t, d)] if (t := _tree(name)) else []),
+            *([("chain", EXTRA_DEPTH[name])] if name in EXTRA_DEPTH else []),
+        ]
         for tree, depth in cells:
             for temperature in (0.0, 1.0):
                 if (name, tree, depth, temperature) in done:
                     continue
                 # The T=0 chain cell also decodes plainly: the lossless check (and the plain tokens/s).
                 check = temperature == 0.0 and tree == "chain" and depth == d
-                r = evaluate(EvalArgs(target=args.target, drafter=spec, data=args.eval_data,
-                                      num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
-                                      depth=depth, tree=tree, temperature=temperature, baseline=check,
-                                      check_lossless=check, progress=False))  # fmt: skip
-                row = {"name": name, "tree": tree, "depth": depth, "temperature": temperature,
-                       **{k: r[k] for k in ("tau", "tau_stderr", "alpha", "acceptance_by_depth", "tokens_per_s",
-                                             "lossless", "target_forwards", "new_tokens")}}  # fmt: skip
+                r = evaluate(
+                    EvalArgs(
+                        target=args.target,
+                        drafter=spec,
+                        data=args.eval_data,
+                        num_prompts=args.num_prompts,
+                        max_new_tokens=args.max_new_tokens,
+                        depth=depth,
+                        tree=tree,
+                        temperature=temperature,
+                        baseline=check,
+                        check_lossless=check,
+                        progress=False,
+                    )
+                )
+                row = {
+                    "name": name,
+                    "tree": tree,
+                    "depth": depth,
+                    "temperature": temperature,
+                    **{
+                        k: r[k]
+                        for k in (
+                            "tau",
+                            "tau_stderr",
+                            "alpha",
+                            "acceptance_by_depth",
+                            "tokens_per_s",
+                            "lossless",
+                            "target_forwards",
+                            "new_tokens",
+                        )
+                    },
+                }
                 with results.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 print(json.dumps(row))
@@ -114,9 +155,21 @@ def speed(args: argparse.Namespace) -> None:
         spec = "ngram" if name == "ngram" else str(args.out / name / "final")
         if spec != "ngram" and not Path(spec).is_dir():
             continue
-        r = evaluate(EvalArgs(target=args.target, drafter=spec, data=args.eval_data, num_prompts=args.num_prompts,
-                              max_new_tokens=args.max_new_tokens, depth=_depth(spec), tree="chain", temperature=0.0,
-                              baseline=True, check_lossless=False, progress=False))  # fmt: skip
+        r = evaluate(
+            EvalArgs(
+                target=args.target,
+                drafter=spec,
+                data=args.eval_data,
+                num_prompts=args.num_prompts,
+                max_new_tokens=args.max_new_tokens,
+                depth=_depth(spec),
+                tree="chain",
+                temperature=0.0,
+                baseline=True,
+                check_lossless=False,
+                progress=False,
+            )
+        )
         keys = ("tau", "tokens_per_s", "baseline_tokens_per_s", "speedup", "draft_time_s", "verify_time_s")
         print(json.dumps({"name": name, **{k: r[k] for k in keys}}), flush=True)
 
@@ -146,22 +199,32 @@ def table(args: argparse.Namespace) -> str:
             for temperature in (0.0, 1.0):
                 for chain in (True, False):
                     r = by.get((name, chain, depth, temperature))
-                    cells.append("-" if r is None else f"{r['tau']:.3f} ± {r['tau_stderr']:.3f}"
-                                 + ("" if r["lossless"] in (True, None) else " NOT LOSSLESS"))  # fmt: skip
+                    cells.append(
+                        "-"
+                        if r is None
+                        else f"{r['tau']:.3f} ± {r['tau_stderr']:.3f}"
+                        + ("" if r["lossless"] in (True, None) else " NOT LOSSLESS")
+                    )
             c0 = by.get((name, True, depth, 0.0))
             st = step_time(args.out / name) if name != "ngram" else None
             label = f"{name} (depth {depth})" if depth != 5 else name
             decode = f"{c0['alpha']:.3f} | {c0['tokens_per_s']:.1f}" if c0 else "- | -"
             step = f"{st:.2f} s" if st else "-"
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {decode} | {step} |")
-    depth_rows = ["", "Acceptance by depth (T=0 chain, depth 5 or the drafter's deepest):", "",
-                  "| drafter | 1 | 2 | 3 | 4 | 5 |", "|---|---|---|---|---|---|"]  # fmt: skip
+    depth_rows = [
+        "",
+        "Acceptance by depth (T=0 chain, depth 5 or the drafter's deepest):",
+        "",
+        "| drafter | 1 | 2 | 3 | 4 | 5 |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in names:
         r = by.get((name, True, min(x["depth"] for x in rows if x["name"] == name), 0.0))
         if r:
             accept = [*r["acceptance_by_depth"], *[None] * (5 - len(r["acceptance_by_depth"]))]
-            depth_rows.append(f"| {name} | " + " | ".join(f"{a:.2f}" if a is not None else "-"
-                                                          for a in accept[:5]) + " |")  # fmt: skip
+            depth_rows.append(
+                f"| {name} | " + " | ".join(f"{a:.2f}" if a is not None else "-" for a in accept[:5]) + " |"
+            )
     return "\n".join(lines + depth_rows)
 
 

@@ -61,22 +61,46 @@ def main(argv: list[str] | None = None) -> int:
 
     regen = args.out / "regenerated.jsonl"
     regenerate.main(
-        ["--target", args.target, "--data", "stdlib:train", "--max-samples", str(args.max_samples),
-         "--out", str(regen), "--temperature", "1.0", "--top-p", "1.0", "--max-new-tokens", "320",
-         "--batch-size", "32"]
-    )  # fmt: skip
+        [
+            "--target",
+            args.target,
+            "--data",
+            "stdlib:train",
+            "--max-samples",
+            str(args.max_samples),
+            "--out",
+            str(regen),
+            "--temperature",
+            "1.0",
+            "--top-p",
+            "1.0",
+            "--max-new-tokens",
+            "320",
+            "--batch-size",
+            "32",
+        ]
+    )
 
     def measure(name: str, data: str, ckpt: Path, train_s: float) -> None:
         drafter = load_drafter_spec(str(ckpt), target)
         row: dict = {"divergence": name, "data": data, "train_s": train_s}
         for temperature in (0.0, 1.0):
             r = evaluate(
-                EvalArgs(target=args.target, drafter=str(ckpt), data="stdlib:heldout",
-                         num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, depth=args.depth,
-                         temperature=temperature, baseline=temperature == 0, check_lossless=temperature == 0,
-                         progress=False),
-                target, drafter,
-            )  # fmt: skip
+                EvalArgs(
+                    target=args.target,
+                    drafter=str(ckpt),
+                    data="stdlib:heldout",
+                    num_prompts=args.num_prompts,
+                    max_new_tokens=args.max_new_tokens,
+                    depth=args.depth,
+                    temperature=temperature,
+                    baseline=temperature == 0,
+                    check_lossless=temperature == 0,
+                    progress=False,
+                ),
+                target,
+                drafter,
+            )
             row[f"tau_T{temperature:g}"] = r["tau"]
             if temperature == 0:
                 row["lossless"] = r["lossless"]
@@ -100,10 +124,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             run_dir = args.out / f"{name}-{data}"
             overrides = [
-                "--config", str(repo / "recipes" / "distill" / "toy.yaml"), f"target.path={args.target}",
-                f"output_dir={run_dir}", f"data.max_samples={args.max_samples}", f"distill.divergence={name}",
+                "--config",
+                str(repo / "recipes" / "distill" / "toy.yaml"),
+                f"target.path={args.target}",
+                f"output_dir={run_dir}",
+                f"data.max_samples={args.max_samples}",
+                f"distill.divergence={name}",
                 "checkpoint.every=0",
-            ]  # fmt: skip
+            ]
             if data == "regenerated":
                 overrides.append(f"data.train=[{regen}]")
             if data == "on-policy":

@@ -106,16 +106,24 @@ def matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
                                 temperature=temperature,
                                 check_lossless=temperature == 0,
                                 progress=False,
-                            ),  # fmt: skip
+                            ),
                             target,
                             drafter,
                         )
                         row = {
-                            "data": data_name, "drafter": drafter_name, "T": temperature, "depth": depth,
-                            "tree": tree, "tau": r["tau"], "alpha": r["alpha"], "speedup": r["speedup"],
-                            "tokens_per_s": r["tokens_per_s"], "baseline_tokens_per_s": r["baseline_tokens_per_s"],
-                            "lossless": r["lossless"], "turns": r["num_turns"],
-                        }  # fmt: skip
+                            "data": data_name,
+                            "drafter": drafter_name,
+                            "T": temperature,
+                            "depth": depth,
+                            "tree": tree,
+                            "tau": r["tau"],
+                            "alpha": r["alpha"],
+                            "speedup": r["speedup"],
+                            "tokens_per_s": r["tokens_per_s"],
+                            "baseline_tokens_per_s": r["baseline_tokens_per_s"],
+                            "lossless": r["lossless"],
+                            "turns": r["num_turns"],
+                        }
                         print(json.dumps(row), flush=True)
                         rows.append(row)
     return rows
@@ -146,12 +154,19 @@ def eagle(args: argparse.Namespace) -> list[dict[str, Any]]:
                         temperature=temperature,
                         check_lossless=temperature == 0,
                         progress=False,
-                    ),  # fmt: skip
+                    ),
                     target,
                     drafter,
                 )
-                row = {"drafter": name, "T": temperature, "tree": tree, "tau": r["tau"], "alpha": r["alpha"],
-                       "speedup": r["speedup"], "lossless": r["lossless"]}  # fmt: skip
+                row = {
+                    "drafter": name,
+                    "T": temperature,
+                    "tree": tree,
+                    "tau": r["tau"],
+                    "alpha": r["alpha"],
+                    "speedup": r["speedup"],
+                    "lossless": r["lossless"],
+                }
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     return rows
@@ -190,11 +205,15 @@ def overhead(args: argparse.Namespace) -> list[dict[str, Any]]:
         step_ms = 1e3 * statistics.mean(s.verify_s for s in sample)
         bare_ms = 1e3 * statistics.mean(bare)
         row = {
-            "drafter": "ngram" if spec == "ngram" else "medusa-1", "tree": tree, "steps_timed": len(sample),
+            "drafter": "ngram" if spec == "ngram" else "medusa-1",
+            "tree": tree,
+            "steps_timed": len(sample),
             "tokens_per_step": statistics.mean(s.draft_tokens + 1 for s in sample),
-            "evaluator_step_ms": step_ms, "bare_forward_ms": bare_ms, "ratio": step_ms / bare_ms,
+            "evaluator_step_ms": step_ms,
+            "bare_forward_ms": bare_ms,
+            "ratio": step_ms / bare_ms,
             "draft_ms": 1e3 * statistics.mean(s.draft_s for s in sample),
-        }  # fmt: skip
+        }
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
@@ -244,12 +263,15 @@ def assisted(args: argparse.Namespace) -> list[dict[str, Any]]:
                     totals[name][1] += s
             tps = {name: n / s for name, (n, s) in totals.items()}
             row = {
-                "draft": draft_name, "K": k, "tau": step_tokens / steps,
+                "draft": draft_name,
+                "K": k,
+                "tau": step_tokens / steps,
                 **{f"{name}_tokens_per_s": v for name, v in tps.items()},
                 "ours_vs_assisted": tps["ours"] / tps["transformers_assisted"],
                 "assisted_vs_plain": tps["transformers_assisted"] / tps["plain_greedy"],
-                "ours_vs_plain": tps["ours"] / tps["plain_greedy"], "identical_outputs": same,
-            }  # fmt: skip
+                "ours_vs_plain": tps["ours"] / tps["plain_greedy"],
+                "identical_outputs": same,
+            }
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
@@ -271,9 +293,10 @@ def tables(args: argparse.Namespace) -> None:
             cells = []
             for t, d, tree in cols:
                 (r,) = [
-                    r for r in rows
+                    r
+                    for r in rows
                     if (r["data"], r["drafter"], r["T"], r["depth"], r["tree"]) == (data, drafter, t, d, tree)
-                ]  # fmt: skip
+                ]
                 cells.append(f"{_f(r['tau'])} ({_f(r['speedup'])})")
             print(f"| {drafter} | " + " | ".join(cells) + " |")
     lossless = [r["lossless"] for r in rows if r["T"] == 0]
@@ -287,8 +310,10 @@ def tables(args: argparse.Namespace) -> None:
             f"| {r['drafter']} | {r['tree']} | {r['steps_timed']} | {_f(r['tokens_per_step'], 1)} | "
             f"{_f(r['evaluator_step_ms'])} | {_f(r['bare_forward_ms'])} | {_f(r['ratio'], 3)} |"
         )
-    print("\n| draft | K | tau | ours tok/s | transformers assisted tok/s | plain greedy tok/s | ours / assisted "
-          "| assisted / plain | ours / plain | same output |")  # fmt: skip
+    print(
+        "\n| draft | K | tau | ours tok/s | transformers assisted tok/s | plain greedy tok/s | ours / assisted "
+        "| assisted / plain | ours / plain | same output |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in json.loads((args.out / "assisted.json").read_text()):
         print(

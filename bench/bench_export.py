@@ -26,7 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _engine_reference() -> Any:
     """tests/unit/ship/engine_reference.py: the engines' own forward passes, re-implemented for the tests."""
-    spec = importlib.util.spec_from_file_location("engine_reference", REPO / "tests/unit/ship/engine_reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "engine_reference", REPO / "tests/unit/ship/engine_reference.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -105,8 +107,14 @@ def main(argv: list[str] | None = None) -> int:
             if not family(kind).serves(engine) or engine == "hf":
                 continue
             out, passed, built = export(ckpt, engine, root / f"{name}-{engine}")
-            row = {"drafter": name, "engine": engine, "layout": built.layout, "checks": len(passed),
-                   "doc": _doc_diff(kind, engine, out, ckpt, built.layout), "engine_code": None}  # fmt: skip
+            row = {
+                "drafter": name,
+                "engine": engine,
+                "layout": built.layout,
+                "checks": len(passed),
+                "doc": _doc_diff(kind, engine, out, ckpt, built.layout),
+                "engine_code": None,
+            }
             if kind == "eagle3" and engine == "vllm" and args.speculators_python:
                 report = run_closed_loop(ckpt, str(out), args.speculators_python)
                 row["engine_code"] = (
@@ -114,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"{report['steps']} TTT steps, {report['tokens']} tokens)"
                 )
             rows.append(row)
-            print(f"{name} -> {engine}: {built.layout}, {len(passed)} checks, doc-loader diff {row['doc']:.1e}",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"{name} -> {engine}: {built.layout}, {len(passed)} checks, doc-loader diff {row['doc']:.1e}",
+                file=sys.stderr,
+            )
     print(
         "| drafter | --to | layout | validation | max abs diff, documented-layout loader | "
         "max abs diff, engine's own code |"

@@ -35,13 +35,30 @@ def main(argv: list[str] | None = None) -> int:
         for temperature in (0.0, 1.0):
             for tree in ("chain", "topk:3"):
                 r = evaluate(
-                    EvalArgs(target=args.target, drafter=ckpt, data="stdlib:heldout", num_prompts=args.num_prompts,
-                             max_new_tokens=args.max_new_tokens, depth=5, tree=tree, temperature=temperature,
-                             baseline=temperature == 0, check_lossless=temperature == 0, progress=False)
-                )  # fmt: skip
-                row = {"drafter": name, "T": temperature, "tree": tree, "tau": r["tau"],
-                       "tau_stderr": r["tau_stderr"], "lossless": r["lossless"], "speedup": r["speedup"],
-                       "adapter_drift": r.get("adapter_drift")}  # fmt: skip
+                    EvalArgs(
+                        target=args.target,
+                        drafter=ckpt,
+                        data="stdlib:heldout",
+                        num_prompts=args.num_prompts,
+                        max_new_tokens=args.max_new_tokens,
+                        depth=5,
+                        tree=tree,
+                        temperature=temperature,
+                        baseline=temperature == 0,
+                        check_lossless=temperature == 0,
+                        progress=False,
+                    )
+                )
+                row = {
+                    "drafter": name,
+                    "T": temperature,
+                    "tree": tree,
+                    "tau": r["tau"],
+                    "tau_stderr": r["tau_stderr"],
+                    "lossless": r["lossless"],
+                    "speedup": r["speedup"],
+                    "adapter_drift": r.get("adapter_drift"),
+                }
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -77,10 +77,15 @@ def build_target(vocab: int, max_len: int) -> Any:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=HEADS, max_position_embeddings=max_len,
+        vocab_size=vocab,
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        max_position_embeddings=max_len,
         tie_word_embeddings=False,
-    )  # fmt: skip
+    )
     config._attn_implementation = "sdpa"
     model = LlamaForCausalLM(config).eval()
     # The target's tokenizer only supplies pad / eos ids here (distillation's stop ids); no text is tokenized.
@@ -104,11 +109,20 @@ def build_method(name: str, target: Any, seq: int) -> Any:
     data: Any = SimpleNamespace(train=[{"input_ids": ids, "loss_mask": torch.ones(seq, dtype=torch.bool)}])
     recipes: dict[str, tuple[Any, Any]] = {
         "medusa": (medusa, medusa.MedusaRecipe(model=MedusaConfig(num_heads=MEDUSA_HEADS))),
-        "eagle3": (eagle, eagle.EagleRecipe(draft=EagleConfig(
-            version=3, feature_layers=[0, 1, 2], draft_vocab_size=DRAFT_VOCAB, ttt_steps=TTT_STEPS))),
+        "eagle3": (
+            eagle,
+            eagle.EagleRecipe(
+                draft=EagleConfig(
+                    version=3, feature_layers=[0, 1, 2], draft_vocab_size=DRAFT_VOCAB, ttt_steps=TTT_STEPS
+                )
+            ),
+        ),
         "mtp": (mtp, mtp.MTPRecipe(model=MTPConfig(num_modules=MTP_MODULES))),
-        "distill": (distill, distill.DistillRecipe(draft=DraftLMConfig(init="target", num_layers=DISTILL_LAYERS))),
-    }  # fmt: skip
+        "distill": (
+            distill,
+            distill.DistillRecipe(draft=DraftLMConfig(init="target", num_layers=DISTILL_LAYERS)),
+        ),
+    }
     if name not in recipes:
         raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
     module, recipe = recipes[name]
@@ -121,7 +135,11 @@ def make_batch(vocab: int, seq: int, seed: int) -> dict[str, Any]:
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (1, seq), generator=g)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": torch.ones_like(ids, dtype=torch.bool)}  # fmt: skip
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "loss_mask": torch.ones_like(ids, dtype=torch.bool),
+    }
 
 
 def train_step(method: Any, batch: dict[str, Any]) -> None:
@@ -154,21 +172,31 @@ def worker(name: str, vocab: int, seq: int, loss_chunk: int) -> dict[str, Any]:
     step_s = time.perf_counter() - start
     peak_kb = _status_kb("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
-        "method": name, "vocab": vocab, "seq": seq, "loss_chunk": getattr(method, "loss_chunk", None),
+        "method": name,
+        "vocab": vocab,
+        "seq": seq,
+        "loss_chunk": getattr(method, "loss_chunk", None),
         "step_s": step_s,
-        "base_bytes": base_kb * 1024, "peak_bytes": peak_kb * 1024, "step_peak_bytes": (peak_kb - base_kb) * 1024,
+        "base_bytes": base_kb * 1024,
+        "peak_bytes": peak_kb * 1024,
+        "step_peak_bytes": (peak_kb - base_kb) * 1024,
         "measure": "VmHWM after clear_refs reset - VmRSS" if reset else "ru_maxrss - VmRSS after build",
         "malloc": f"MALLOC_MMAP_THRESHOLD_={os.environ['MALLOC_MMAP_THRESHOLD_']}"
-        if "MALLOC_MMAP_THRESHOLD_" in os.environ else "glibc default",
-    }  # fmt: skip
+        if "MALLOC_MMAP_THRESHOLD_" in os.environ
+        else "glibc default",
+    }
 
 
 def parameter_bytes(name: str, vocab: int) -> int:
     """float32 bytes of the target and drafter parameters (for the skip estimate only)."""
     layer = 4 * HIDDEN * HIDDEN + 3 * HIDDEN * INTERMEDIATE
     target = 2 * vocab * HIDDEN + LAYERS * layer
-    drafter = {"medusa": MEDUSA_HEADS * vocab * HIDDEN, "eagle3": DRAFT_VOCAB * HIDDEN + 2 * layer,
-               "mtp": MTP_MODULES * layer, "distill": 2 * vocab * HIDDEN + layer}[name]  # fmt: skip
+    drafter = {
+        "medusa": MEDUSA_HEADS * vocab * HIDDEN,
+        "eagle3": DRAFT_VOCAB * HIDDEN + 2 * layer,
+        "mtp": MTP_MODULES * layer,
+        "distill": 2 * vocab * HIDDEN + layer,
+    }[name]
     return 4 * (target + 2 * drafter)  # the drafter's gradients too
 
 
@@ -217,8 +245,11 @@ def report(rows: list[dict[str, Any]]) -> str:
         else:
             cells = f"failed: {r.get('error')} | -"
         out.append(f"| {r['method']} | {r['vocab']:,} | {r['seq']} | {cells} |")
-    out += ["", "| method | V | T1 -> T2 | increment per token | fp32 vocabulary rows per token |",
-            "|---|---|---|---|---|"]  # fmt: skip
+    out += [
+        "",
+        "| method | V | T1 -> T2 | increment per token | fp32 vocabulary rows per token |",
+        "|---|---|---|---|---|",
+    ]
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["method"], r["vocab"]), []).append(r)

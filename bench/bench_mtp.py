@@ -42,8 +42,16 @@ def main(argv: list[str] | None = None) -> int:
             continue
         run = args.out / f"mtp{D}"
         t0 = time.perf_counter()
-        mtp.main(["--config", str(repo / "recipes" / "mtp" / "toy.yaml"), f"target.path={args.target}",
-                  f"output_dir={run}", f"draft.num_modules={D}", "checkpoint.every=0"])  # fmt: skip
+        mtp.main(
+            [
+                "--config",
+                str(repo / "recipes" / "mtp" / "toy.yaml"),
+                f"target.path={args.target}",
+                f"output_dir={run}",
+                f"draft.num_modules={D}",
+                "checkpoint.every=0",
+            ]
+        )
         row: dict = {"D": D, "train_s": time.perf_counter() - t0}
         heldout = json.loads((run / "final" / "config.json").read_text())["training"]["heldout"]
         row["agree"] = [heldout.get(f"eval/depth{k}/agree") for k in range(1, D + 1)]
@@ -51,12 +59,21 @@ def main(argv: list[str] | None = None) -> int:
         drafter = load_drafter_spec(str(run / "final"), target)
         for temperature in (0.0, 1.0):
             r = evaluate(
-                EvalArgs(target=args.target, drafter=str(run / "final"), data="stdlib:heldout",
-                         num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, depth=D,
-                         temperature=temperature, baseline=temperature == 0, check_lossless=temperature == 0,
-                         progress=False),
-                target, drafter,
-            )  # fmt: skip
+                EvalArgs(
+                    target=args.target,
+                    drafter=str(run / "final"),
+                    data="stdlib:heldout",
+                    num_prompts=args.num_prompts,
+                    max_new_tokens=args.max_new_tokens,
+                    depth=D,
+                    temperature=temperature,
+                    baseline=temperature == 0,
+                    check_lossless=temperature == 0,
+                    progress=False,
+                ),
+                target,
+                drafter,
+            )
             row[f"tau_T{temperature:g}"] = r["tau"]
             row[f"tau_stderr_T{temperature:g}"] = r["tau_stderr"]
             if temperature == 0:

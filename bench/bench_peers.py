@@ -77,16 +77,22 @@ def export_training_data(target: Any, out: Path, max_len: int, max_samples: int)
 PEERS: dict[str, dict[str, dict[str, Any]]] = {
     "eagle3": {
         "modelopt": {"python": "modelopt_python", "script": "modelopt_eagle3.py", "args": []},
-        "speculators-muon": {"python": "speculators_python", "script": "speculators_eagle3.py",
-                             "args": ["--optimizer", "muon", "--arch", "classic"]},
-        "speculators-adamw": {"python": "speculators_python", "script": "speculators_eagle3.py",
-                              "args": ["--optimizer", "adamw", "--arch", "classic"]},
+        "speculators-muon": {
+            "python": "speculators_python",
+            "script": "speculators_eagle3.py",
+            "args": ["--optimizer", "muon", "--arch", "classic"],
+        },
+        "speculators-adamw": {
+            "python": "speculators_python",
+            "script": "speculators_eagle3.py",
+            "args": ["--optimizer", "adamw", "--arch", "classic"],
+        },
     },
     "dflash": {
         "modelopt": {"python": "modelopt_python", "script": "modelopt_dflash.py", "args": []},
         "speculators": {"python": "speculators_python", "script": "speculators_dflash.py", "args": []},
     },
-}  # fmt: skip
+}
 TREES = {"eagle3": ("chain", "dynamic:4:16"), "dflash": ("chain", "topk:3")}
 
 
@@ -111,25 +117,28 @@ def main() -> int:
     dflash.add_argument("--block-size", type=int, default=8)
     dflash.add_argument("--draft-layers", type=int, default=2)
     dflash.add_argument(
-        "--taps", default=None,
+        "--taps",
+        default=None,
         help="comma-separated canonical ids of the fused target layers, one per draft layer (ModelOpt 0.47's rule); "
         "default: z-lab's spread, the default of both",
-    )  # fmt: skip
+    )
     dflash.add_argument("--num-anchors", type=int, default=64)
     dflash.add_argument("--decay-gamma", type=float, default=4.0, help="slot k weighs exp(-(k-1)/gamma)")
     dflash.add_argument(
         "--dflash-loss", default="kl", help="draftsmith's objective.loss (ModelOpt distils: kl)"
     )
     parser.add_argument(
-        "--peers", default=None,
+        "--peers",
+        default=None,
         help="comma-separated peers to compare (default: every peer of the family whose --*-python is given)",
-    )  # fmt: skip
+    )
     parser.add_argument("--num-prompts", type=int, default=20)
     parser.add_argument(
-        "--train", default="all",
+        "--train",
+        default="all",
         help="comma-separated drafters to (re)train (draftsmith, modelopt, speculators-muon, speculators-adamw; "
         "DFlash: draftsmith, modelopt, speculators), 'all' (default) or 'none': the others are reused from --out",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -147,12 +156,16 @@ def main() -> int:
     if args.peers:
         unknown = set(args.peers.split(",")) - set(peers)
         if unknown:
-            parser.error(f"--peers {args.peers}: {', '.join(sorted(unknown))} is not a {args.family} peer whose python "
-                         f"was given (available: {', '.join(peers) or 'none'})")  # fmt: skip
+            parser.error(
+                f"--peers {args.peers}: {', '.join(sorted(unknown))} is not a {args.family} peer whose python "
+                f"was given (available: {', '.join(peers) or 'none'})"
+            )
         peers = {name: p for name, p in peers.items() if name in args.peers.split(",")}
     if not peers:
-        parser.error(f"pass the python of a {args.family} peer's virtual environment: "
-                     + ", ".join(sorted({"--" + p["python"].replace("_", "-") for p in family.values()})))  # fmt: skip
+        parser.error(
+            f"pass the python of a {args.family} peer's virtual environment: "
+            + ", ".join(sorted({"--" + p["python"].replace("_", "-") for p in family.values()}))
+        )
     target = FrozenTarget.load(TargetConfig(path=args.target))
     data, samples, answer_tokens = export_training_data(target, args.out, args.max_len, args.max_samples)
     steps = samples // args.batch_size  # one epoch, as the draftsmith toy recipe
@@ -165,50 +178,108 @@ def main() -> int:
     if unknown:
         parser.error(f"--train: unknown {args.family} drafters {sorted(unknown)}")
     taps = (
-        [int(t) for t in args.taps.split(",")] if args.taps
+        [int(t) for t in args.taps.split(",")]
+        if args.taps
         else default_feature_layers(target.num_layers, args.draft_layers)
-    )  # fmt: skip
+    )
     mask = pick_mask_token(target.tokenizer, int(target.embed_tokens.weight.shape[0]))  # draftsmith's default
     for name, peer in peers.items():
         if name in train:
             cmd = [
-                getattr(args, peer["python"]), str(REPO / "bench" / "peers" / peer["script"]),
-                "--model", args.target, "--data", str(data), "--out", str(args.out / name), "--steps", str(steps),
-                "--seq-len", str(args.max_len), "--lr", str(args.lr), "--batch-size", str(args.batch_size),
-                "--warmup-steps", str(steps // 10), "--lr-scheduler", "cosine", *peer["args"],
-            ]  # fmt: skip
+                getattr(args, peer["python"]),
+                str(REPO / "bench" / "peers" / peer["script"]),
+                "--model",
+                args.target,
+                "--data",
+                str(data),
+                "--out",
+                str(args.out / name),
+                "--steps",
+                str(steps),
+                "--seq-len",
+                str(args.max_len),
+                "--lr",
+                str(args.lr),
+                "--batch-size",
+                str(args.batch_size),
+                "--warmup-steps",
+                str(steps // 10),
+                "--lr-scheduler",
+                "cosine",
+                *peer["args"],
+            ]
             if args.family == "eagle3":
                 cmd += ["--ttt-steps", str(args.ttt_steps), "--draft-vocab-size", str(args.draft_vocab_size)]
             else:
-                cmd += ["--block-size", str(args.block_size), "--num-draft-layers", str(args.draft_layers),
-                        "--mask-token-id", str(mask)]  # fmt: skip
+                cmd += [
+                    "--block-size",
+                    str(args.block_size),
+                    "--num-draft-layers",
+                    str(args.draft_layers),
+                    "--mask-token-id",
+                    str(mask),
+                ]
                 if name == "modelopt":  # ModelOpt's ids name layer OUTPUTS: canonical - 1
-                    cmd += ["--target-layer-ids", ",".join(str(t - 1) for t in taps),
-                            "--num-anchors", str(args.num_anchors),
-                            "--loss-objective", "decay", "--loss-decay", str(args.decay_gamma)]  # fmt: skip
+                    cmd += [
+                        "--target-layer-ids",
+                        ",".join(str(t - 1) for t in taps),
+                        "--num-anchors",
+                        str(args.num_anchors),
+                        "--loss-objective",
+                        "decay",
+                        "--loss-decay",
+                        str(args.decay_gamma),
+                    ]
                 else:  # speculators' ids are canonical; its loss is named as draftsmith's objective.loss
                     loss = {"kl": "kl_div"}.get(args.dflash_loss, args.dflash_loss)
                     # its anchors are per packed row, and a row packs about --batch-size samples
-                    cmd += ["--aux-layers", ",".join(map(str, taps)), "--decay-gamma", str(args.decay_gamma),
-                            "--num-anchors", str(args.num_anchors * args.batch_size), "--loss-fn", loss]  # fmt: skip
+                    cmd += [
+                        "--aux-layers",
+                        ",".join(map(str, taps)),
+                        "--decay-gamma",
+                        str(args.decay_gamma),
+                        "--num-anchors",
+                        str(args.num_anchors * args.batch_size),
+                        "--loss-fn",
+                        loss,
+                    ]
             subprocess.run(cmd, check=True, env=env)
     if "draftsmith" in train:
-        common = [f"target.path={args.target}", f"output_dir={args.out / 'draftsmith'}",
-                  f"data.max_len={args.max_len}", f"data.max_samples={args.max_samples}",
-                  f"train.micro_batch_size={args.batch_size}", f"train.lr={args.lr}", f"train.max_steps={steps}"]  # fmt: skip
+        common = [
+            f"target.path={args.target}",
+            f"output_dir={args.out / 'draftsmith'}",
+            f"data.max_len={args.max_len}",
+            f"data.max_samples={args.max_samples}",
+            f"train.micro_batch_size={args.batch_size}",
+            f"train.lr={args.lr}",
+            f"train.max_steps={steps}",
+        ]
         if args.family == "eagle3":
             eagle_recipe.main(
-                ["--config", str(REPO / "recipes" / "eagle" / "eagle3_toy.yaml"), *common,
-                 f"draft.ttt_steps={args.ttt_steps}", f"draft.draft_vocab_size={args.draft_vocab_size}"]
-            )  # fmt: skip
+                [
+                    "--config",
+                    str(REPO / "recipes" / "eagle" / "eagle3_toy.yaml"),
+                    *common,
+                    f"draft.ttt_steps={args.ttt_steps}",
+                    f"draft.draft_vocab_size={args.draft_vocab_size}",
+                ]
+            )
         else:
             dflash_recipe.main(
-                ["--config", str(REPO / "recipes" / "dflash" / "toy.yaml"), *common,
-                 f"draft.block_size={args.block_size}", f"draft.num_layers={args.draft_layers}",
-                 f"draft.feature_layers=[{','.join(map(str, taps))}]", f"draft.num_feature_layers={len(taps)}",
-                 f"draft.num_anchors={args.num_anchors}", f"draft.decay_gamma={args.decay_gamma}",
-                 f"draft.mask_token_id={mask}", f"objective.loss={args.dflash_loss}"]
-            )  # fmt: skip
+                [
+                    "--config",
+                    str(REPO / "recipes" / "dflash" / "toy.yaml"),
+                    *common,
+                    f"draft.block_size={args.block_size}",
+                    f"draft.num_layers={args.draft_layers}",
+                    f"draft.feature_layers=[{','.join(map(str, taps))}]",
+                    f"draft.num_feature_layers={len(taps)}",
+                    f"draft.num_anchors={args.num_anchors}",
+                    f"draft.decay_gamma={args.decay_gamma}",
+                    f"draft.mask_token_id={mask}",
+                    f"objective.loss={args.dflash_loss}",
+                ]
+            )
     ours = [
         r["perf/step_s"]
         for r in read_metrics(args.out / "draftsmith" / "metrics.jsonl")
@@ -240,31 +311,65 @@ def main() -> int:
                 check = temperature == 0 and (args.family == "eagle3" or tree == "chain")
                 t0 = time.perf_counter()
                 r = evaluate(
-                    EvalArgs(target=args.target, drafter=str(ckpt), data="stdlib:heldout",
-                             num_prompts=args.num_prompts, max_new_tokens=96, depth=5, tree=tree,
-                             temperature=temperature, check_lossless=check, baseline=check, progress=False),
-                    target, drafter,
-                )  # fmt: skip
-                row = {"drafter": name, "T": temperature, "tree": tree, "tau": r["tau"],
-                       "tau_stderr": r["tau_stderr"], "alpha": r["alpha"], "lossless": r["lossless"],
-                       "eval_s": time.perf_counter() - t0}  # fmt: skip
+                    EvalArgs(
+                        target=args.target,
+                        drafter=str(ckpt),
+                        data="stdlib:heldout",
+                        num_prompts=args.num_prompts,
+                        max_new_tokens=96,
+                        depth=5,
+                        tree=tree,
+                        temperature=temperature,
+                        check_lossless=check,
+                        baseline=check,
+                        progress=False,
+                    ),
+                    target,
+                    drafter,
+                )
+                row = {
+                    "drafter": name,
+                    "T": temperature,
+                    "tree": tree,
+                    "tau": r["tau"],
+                    "tau_stderr": r["tau_stderr"],
+                    "alpha": r["alpha"],
+                    "lossless": r["lossless"],
+                    "eval_s": time.perf_counter() - t0,
+                }
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    result = {"family": args.family, "samples": samples, "answer_tokens": answer_tokens, "steps": steps,
-              "step_s": step_s, "torch_threads": threads, "peer_versions": versions, "rows": rows}  # fmt: skip
+    result = {
+        "family": args.family,
+        "samples": samples,
+        "answer_tokens": answer_tokens,
+        "steps": steps,
+        "step_s": step_s,
+        "torch_threads": threads,
+        "peer_versions": versions,
+        "rows": rows,
+    }
     if args.family == "dflash":
-        result["dflash"] = {"block_size": args.block_size, "draft_layers": args.draft_layers, "taps": taps,
-                            "num_anchors": args.num_anchors, "decay_gamma": args.decay_gamma,
-                            "mask_token_id": mask, "draftsmith_loss": args.dflash_loss}  # fmt: skip
+        result["dflash"] = {
+            "block_size": args.block_size,
+            "draft_layers": args.draft_layers,
+            "taps": taps,
+            "num_anchors": args.num_anchors,
+            "decay_gamma": args.decay_gamma,
+            "mask_token_id": mask,
+            "draftsmith_loss": args.dflash_loss,
+        }
     (args.out / "peers.json").write_text(json.dumps(result, indent=2) + "\n")
     print(format_table(rows, step_s, threads, TREES[args.family]))
     return 0
 
 
 def format_table(
-    rows: list[dict[str, Any]], step_s: dict[str, float], threads: dict[str, Any],
+    rows: list[dict[str, Any]],
+    step_s: dict[str, float],
+    threads: dict[str, Any],
     trees: tuple[str, ...] = TREES["eagle3"],
-) -> str:  # fmt: skip
+) -> str:
     """Markdown: tau per drafter and setting, its ratio to the best peer, and the training step time."""
     cells = [(t, tree) for t in (0.0, 1.0) for tree in trees]
     tau = {(r["drafter"], r["T"], r["tree"]): r["tau"] for r in rows}
@@ -272,8 +377,11 @@ def format_table(
     head = "| | " + " | ".join(f"T={t:g} {tree}" for t, tree in cells) + " | training step |"
     lines = [head, "|---" * (len(cells) + 2) + "|"]
     for name in names:
-        lines.append(f"| {name} | " + " | ".join(f"{tau[(name, t, tr)]:.3f}" for t, tr in cells)
-                     + f" | {step_s[name]:.2f} s ({threads.get(name)} threads) |")  # fmt: skip
+        lines.append(
+            f"| {name} | "
+            + " | ".join(f"{tau[(name, t, tr)]:.3f}" for t, tr in cells)
+            + f" | {step_s[name]:.2f} s ({threads.get(name)} threads) |"
+        )
     peers = [n for n in names if n != "draftsmith"]
     if peers and "draftsmith" in names:
         best = [max(tau[(p, t, tr)] for p in peers) for t, tr in cells]

@@ -61,8 +61,18 @@ def _cache(
     if (out / "index.json").is_file():
         return out, float("nan")
     t0 = time.perf_counter()
-    cache_main([method, "--config", str(REPO / "recipes" / recipe), f"target.path={target}", f"data.cache={out}",
-                "--storage", storage, *data])  # fmt: skip
+    cache_main(
+        [
+            method,
+            "--config",
+            str(REPO / "recipes" / recipe),
+            f"target.path={target}",
+            f"data.cache={out}",
+            "--storage",
+            storage,
+            *data,
+        ]
+    )
     return out, time.perf_counter() - t0
 
 
@@ -87,8 +97,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # The same samples for every run: the throughput window needs steps x micro-batch 8 of them.
     data = ["data.max_samples=400", "data.max_len=384", "data.eval_max_samples=16"]
-    short = [f"train.max_steps={args.steps}", "log.every=10", "checkpoint.every=0", "train.micro_batch_size=8",
-             "train.grad_accum=1"]  # fmt: skip
+    short = [
+        f"train.max_steps={args.steps}",
+        "log.every=10",
+        "checkpoint.every=0",
+        "train.micro_batch_size=8",
+        "train.grad_accum=1",
+    ]
     caches = {
         "eagle3": _cache(
             "eagle", "eagle/eagle3_toy.yaml", args.target, args.out / "cache-eagle3", "bf16", data
@@ -105,8 +120,17 @@ def main(argv: list[str] | None = None) -> int:
             run = args.out / f"{name}-{mode}"
             shutil.rmtree(run, ignore_errors=True)  # a run a killed benchmark left half-way
             cache_arg = [f"data.cache={cache}"] if mode == "offline" else []
-            module.main(["--config", str(REPO / "recipes" / recipe), f"target.path={args.target}",
-                         f"output_dir={run}", *data, *short, *cache_arg])  # fmt: skip
+            module.main(
+                [
+                    "--config",
+                    str(REPO / "recipes" / recipe),
+                    f"target.path={args.target}",
+                    f"output_dir={run}",
+                    *data,
+                    *short,
+                    *cache_arg,
+                ]
+            )
             w = _window(run)
             row[f"{mode}_tokens_per_s"] = w["perf/tokens_per_s"]
             row[f"{mode}_step_s"] = w["perf/step_s"]
@@ -131,16 +155,29 @@ def main(argv: list[str] | None = None) -> int:
             )
             times.append(time.perf_counter() - t0)
         step_s = sorted(times[2:])[len(times[2:]) // 2]  # median after warm-up
-        _emit(results, {"row": "target_forward", "step_s": step_s, "micro_batch": 8,
-                        "tokens_per_s": sum(int(b["attention_mask"].sum()) for b in batches[2:]) / sum(times[2:])})  # fmt: skip
+        _emit(
+            results,
+            {
+                "row": "target_forward",
+                "step_s": step_s,
+                "micro_batch": 8,
+                "tokens_per_s": sum(int(b["attention_mask"].sum()) for b in batches[2:]) / sum(times[2:]),
+            },
+        )
 
     tau_data = [f"data.max_samples={args.tau_samples}"]
     for storage in ("bf16", "fp8"):
         key = f"tau/{storage}"
         if key in done:
             continue
-        cache, build_s = _cache("eagle", "eagle/eagle3_toy.yaml", args.target, args.out / f"tau-cache-{storage}",
-                                storage, tau_data)  # fmt: skip
+        cache, build_s = _cache(
+            "eagle",
+            "eagle/eagle3_toy.yaml",
+            args.target,
+            args.out / f"tau-cache-{storage}",
+            storage,
+            tau_data,
+        )
         index = FeatureCache.open(cache, verify=False).index["splits"]
         run = args.out / f"eagle3-{storage}"
         t0 = time.perf_counter()
@@ -148,27 +185,52 @@ def main(argv: list[str] | None = None) -> int:
         if not reused:  # a finished training run is reused by a rerun
             shutil.rmtree(run, ignore_errors=True)
             importlib.import_module("draftsmith.train.eagle").main(
-                ["--config", str(REPO / "recipes" / "eagle" / "eagle3_toy.yaml"), f"target.path={args.target}",
-                 f"output_dir={run}", f"data.cache={cache}", "checkpoint.every=0", *tau_data]
-            )  # fmt: skip
+                [
+                    "--config",
+                    str(REPO / "recipes" / "eagle" / "eagle3_toy.yaml"),
+                    f"target.path={args.target}",
+                    f"output_dir={run}",
+                    f"data.cache={cache}",
+                    "checkpoint.every=0",
+                    *tau_data,
+                ]
+            )
         train_s = None if reused else time.perf_counter() - t0
         from draftsmith.eval.acceptance import EvalArgs, evaluate
         from draftsmith.eval.drafters import load_drafter_spec
 
         target = FrozenTarget.load(TargetConfig(path=args.target))
         r = evaluate(
-            EvalArgs(target=args.target, drafter=str(run / "final"), data="stdlib:heldout",
-                     num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, depth=5, temperature=0.0,
-                     baseline=True, check_lossless=True, progress=False),
-            target, load_drafter_spec(str(run / "final"), target),
-        )  # fmt: skip
+            EvalArgs(
+                target=args.target,
+                drafter=str(run / "final"),
+                data="stdlib:heldout",
+                num_prompts=args.num_prompts,
+                max_new_tokens=args.max_new_tokens,
+                depth=5,
+                temperature=0.0,
+                baseline=True,
+                check_lossless=True,
+                progress=False,
+            ),
+            target,
+            load_drafter_spec(str(run / "final"), target),
+        )
         train = index["train"]
-        _emit(results, {
-            "row": key, "cache_build_s": build_s, "train_s": train_s,
-            "feature_bytes_per_token": train["feature_bytes"] / train["tokens"],
-            "bytes_per_token": train["bytes"] / train["tokens"], "tokens": train["tokens"],
-            "tau": r["tau"], "tau_stderr": r["tau_stderr"], "lossless": r["lossless"],
-        })  # fmt: skip
+        _emit(
+            results,
+            {
+                "row": key,
+                "cache_build_s": build_s,
+                "train_s": train_s,
+                "feature_bytes_per_token": train["feature_bytes"] / train["tokens"],
+                "bytes_per_token": train["bytes"] / train["tokens"],
+                "tokens": train["tokens"],
+                "tau": r["tau"],
+                "tau_stderr": r["tau_stderr"],
+                "lossless": r["lossless"],
+            },
+        )
     return 0
 
 

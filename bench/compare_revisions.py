@@ -26,8 +26,20 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("config", "models", "data", "train", "eval", "ship", "toy", "scripts", "recipes")
-EVAL = ["--data", "stdlib:heldout", "--num-prompts", "20", "--max-new-tokens", "96", "--depth", "3",
-        "--tree", "topk:3", "--check-lossless", "--no-progress"]  # fmt: skip
+EVAL = [
+    "--data",
+    "stdlib:heldout",
+    "--num-prompts",
+    "20",
+    "--max-new-tokens",
+    "96",
+    "--depth",
+    "3",
+    "--tree",
+    "topk:3",
+    "--check-lossless",
+    "--no-progress",
+]
 
 
 def _old_checkout(rev: str, root: Path) -> tuple[Path, Path]:
@@ -68,22 +80,49 @@ def compare(rev: str, target: str, recipe: str, work: Path) -> dict[str, Any]:
         cli = "import sys; from draftsmith.scripts.cli import main; sys.exit(main(sys.argv[1:]))"
         procs = {}
         for name, tree, path in (("old", src, pythonpath), ("new", REPO, None)):
-            cmd = [sys.executable, str(tree / "train" / "medusa.py"), "--config", str(tree / "recipes" / recipe),
-                   f"target.path={target}", f"output_dir={work / name}"]  # fmt: skip
+            cmd = [
+                sys.executable,
+                str(tree / "train" / "medusa.py"),
+                "--config",
+                str(tree / "recipes" / recipe),
+                f"target.path={target}",
+                f"output_dir={work / name}",
+            ]
             procs[name] = (cmd, work / f"{name}-train.log", path)
-        for cmd, log, path in procs.values():  # one after the other: the timings are not compared, the bits are
+        for (
+            cmd,
+            log,
+            path,
+        ) in procs.values():  # one after the other: the timings are not compared, the bits are
             _run(cmd, log, path)
         final = work / "new" / "final"
         for name, path in (("old", pythonpath), ("new", None)):
-            _run([sys.executable, "-c", cli, "eval", "--target", target, "--drafter", str(final), *EVAL, "--report",
-                  str(work / f"{name}-eval.json")], work / f"{name}-eval.log", path)  # fmt: skip
+            _run(
+                [
+                    sys.executable,
+                    "-c",
+                    cli,
+                    "eval",
+                    "--target",
+                    target,
+                    "--drafter",
+                    str(final),
+                    *EVAL,
+                    "--report",
+                    str(work / f"{name}-eval.json"),
+                ],
+                work / f"{name}-eval.log",
+                path,
+            )
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(src)], cwd=REPO, check=False)
     a, b = (load_file(str(work / n / "final" / "model.safetensors")) for n in ("old", "new"))
     ra, rb = (json.loads((work / f"{n}-eval.json").read_text()) for n in ("old", "new"))
 
     def rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return [(r.get("id"), r.get("turn"), r.get("accepted"), r.get("new_tokens")) for r in report["per_prompt"]]
+        return [
+            (r.get("id"), r.get("turn"), r.get("accepted"), r.get("new_tokens")) for r in report["per_prompt"]
+        ]
 
     return {
         "weights_bit_identical": a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a),
@@ -98,11 +137,16 @@ def compare(rev: str, target: str, recipe: str, work: Path) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.compare_revisions", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m bench.compare_revisions",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rev", required=True, help="the older git revision (e.g. the commit before a refactor)")
     p.add_argument("--target", required=True, help="a built toy target directory (draftsmith build-target)")
-    p.add_argument("--recipe", default="medusa/toy.yaml", help="recipe under recipes/ (default medusa/toy.yaml)")
+    p.add_argument(
+        "--recipe", default="medusa/toy.yaml", help="recipe under recipes/ (default medusa/toy.yaml)"
+    )
     p.add_argument("--work", type=Path, default=None, help="working folder (default: a temporary one)")
     args = p.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="draftsmith-compare-"))

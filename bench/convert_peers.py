@@ -100,9 +100,13 @@ def _sorted_vocab(
 
 
 def _load_and_save(
-    src: Path, out: str | Path, draft: torch.nn.Module, new_state: dict[str, torch.Tensor], target: Any,
+    src: Path,
+    out: str | Path,
+    draft: torch.nn.Module,
+    new_state: dict[str, torch.Tensor],
+    target: Any,
     converted_from: dict[str, Any],
-) -> Path:  # fmt: skip
+) -> Path:
     """Check `new_state` against `draft` (complete, shapes that fit the target), load it, save a checkpoint."""
     expected = draft.state_dict()
     missing = set(expected) - set(new_state)
@@ -136,8 +140,11 @@ def modelopt_eagle3(src: str | Path, target: Any, out: str | Path, ttt_steps: in
         raise ValueError(f"{src}: tensors draftsmith does not know: {sorted(unexpected)}")
     layer_ids = from_engine_ids(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"], "modelopt")
     vd = state["d2t"].shape[0]
-    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=layer_ids, draft_vocab_size=vd, ttt_steps=ttt_steps),
-                        target.model.config, vd)  # fmt: skip
+    draft = Eagle3Draft(
+        EagleConfig(version=3, feature_layers=layer_ids, draft_vocab_size=vd, ttt_steps=ttt_steps),
+        target.model.config,
+        vd,
+    )
     new_state = {MODELOPT_TO_DRAFTSMITH[k]: v for k, v in state.items() if k in MODELOPT_TO_DRAFTSMITH}
     new_state["lm_head_d.weight"], new_state["d2t"], new_state["t2d"] = _sorted_vocab(
         state["lm_head.weight"], state["d2t"], target.vocab_size
@@ -216,14 +223,19 @@ def speculators_eagle3(src: str | Path, target: Any, out: str | Path, ttt_steps:
         d2t = torch.zeros(vd, dtype=torch.long)
     else:
         raise ValueError(f"{src}: draft_vocab_size {vd} < the target's {target.vocab_size} but no d2t")
-    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=layer_ids, draft_vocab_size=vd, ttt_steps=ttt_steps),
-                        tcfg, vd)  # fmt: skip
+    draft = Eagle3Draft(
+        EagleConfig(version=3, feature_layers=layer_ids, draft_vocab_size=vd, ttt_steps=ttt_steps), tcfg, vd
+    )
     new_state = {SPECULATORS_TO_DRAFTSMITH[k]: v for k, v in state.items() if k in SPECULATORS_TO_DRAFTSMITH}
     new_state["lm_head_d.weight"], new_state["d2t"], new_state["t2d"] = _sorted_vocab(
         state["lm_head.weight"], d2t, target.vocab_size
     )
-    converted_from = {"peer": "speculators", "path": str(src), "speculators_version": config.get("speculators_version"),
-                      "sliding_window": layer_cfg.get("sliding_window")}  # fmt: skip
+    converted_from = {
+        "peer": "speculators",
+        "path": str(src),
+        "speculators_version": config.get("speculators_version"),
+        "sliding_window": layer_cfg.get("sliding_window"),
+    }
     return _load_and_save(src, out, draft, new_state, target, converted_from)
 
 
@@ -263,11 +275,26 @@ def zlab_dflash(src: str | Path, target: Any, out: str | Path, peer: str = "mode
             f"{src}: drafted for a {config['num_target_layers']}-layer target, not {target.num_layers}"
         )
     canonical = from_engine_ids(dc["target_layer_ids"], "sglang")  # z-lab id j = output of layer j
-    converted_from = {"peer": peer, "path": str(src), "layout": "z-lab DFlashDraftModel",
-                      "target_layer_ids": list(dc["target_layer_ids"])}  # fmt: skip
+    converted_from = {
+        "peer": peer,
+        "path": str(src),
+        "layout": "z-lab DFlashDraftModel",
+        "target_layer_ids": list(dc["target_layer_ids"]),
+    }
     state = load_file(str(src / "model.safetensors"))
-    return _dflash(src, state, config, unsupported, canonical, dc["target_layer_ids"], int(dc["mask_token_id"]),
-                   int(block), target, out, converted_from)  # fmt: skip
+    return _dflash(
+        src,
+        state,
+        config,
+        unsupported,
+        canonical,
+        dc["target_layer_ids"],
+        int(dc["mask_token_id"]),
+        int(block),
+        target,
+        out,
+        converted_from,
+    )
 
 
 def speculators_dflash(src: str | Path, target: Any, out: str | Path) -> Path:
@@ -281,29 +308,57 @@ def speculators_dflash(src: str | Path, target: Any, out: str | Path) -> Path:
     src = Path(src)
     config = json.loads((src / "config.json").read_text())
     if config.get("speculators_model_type") != "dflash":
-        raise ValueError(f"{src}: not a speculators DFlash checkpoint "
-                         f"(speculators_model_type {config.get('speculators_model_type')!r})")  # fmt: skip
+        raise ValueError(
+            f"{src}: not a speculators DFlash checkpoint "
+            f"(speculators_model_type {config.get('speculators_model_type')!r})"
+        )
     layer = config["transformer_layer_config"]
     state = load_file(str(src / "model.safetensors"))
     d2t, t2d = state.pop("d2t", None), state.pop("t2d", None)
-    reduced = int(config.get("draft_vocab_size") or target.vocab_size) != target.vocab_size or (
-        d2t is not None and bool(d2t.any())) or (t2d is not None and not bool(t2d.all()))  # fmt: skip
+    reduced = (
+        int(config.get("draft_vocab_size") or target.vocab_size) != target.vocab_size
+        or (d2t is not None and bool(d2t.any()))
+        or (t2d is not None and not bool(t2d.all()))
+    )
     unsupported = {
         "drafting from the anchor (sample_from_anchor)": config.get("sample_from_anchor"),
         "a reduced draft vocabulary": reduced,
     }
     ids = config["aux_hidden_state_layer_ids"]
-    converted_from = {"peer": "speculators", "path": str(src), "layout": "speculators DFlashDraftModel",
-                      "aux_hidden_state_layer_ids": list(ids)}  # fmt: skip
-    return _dflash(src, state, layer, unsupported, from_engine_ids(ids, "vllm"), ids, int(config["mask_token_id"]),
-                   int(config["block_size"]), target, out, converted_from)  # fmt: skip
+    converted_from = {
+        "peer": "speculators",
+        "path": str(src),
+        "layout": "speculators DFlashDraftModel",
+        "aux_hidden_state_layer_ids": list(ids),
+    }
+    return _dflash(
+        src,
+        state,
+        layer,
+        unsupported,
+        from_engine_ids(ids, "vllm"),
+        ids,
+        int(config["mask_token_id"]),
+        int(config["block_size"]),
+        target,
+        out,
+        converted_from,
+    )
 
 
 def _dflash(
-    src: Path, state: dict[str, torch.Tensor], layer: dict[str, Any], unsupported: dict[str, Any],
-    canonical: list[int], ids: list[int], mask: int, block: int, target: Any, out: str | Path,
+    src: Path,
+    state: dict[str, torch.Tensor],
+    layer: dict[str, Any],
+    unsupported: dict[str, Any],
+    canonical: list[int],
+    ids: list[int],
+    mask: int,
+    block: int,
+    target: Any,
+    out: str | Path,
     converted_from: dict[str, Any],
-) -> Path:  # fmt: skip
+) -> Path:
     """The checks and the conversion both DFlash layouts share: `layer` holds the draft layers' settings,
     `unsupported` the layout's own refusals, `ids` the layer ids as the layout writes them (for messages),
     `state` the layout's tensors less those the caller already checked."""
@@ -321,8 +376,16 @@ def _dflash(
     if layer.get("vocab_size") not in (None, target.vocab_size):
         raise ValueError(f"{src}: vocab_size {layer['vocab_size']}, the target's is {target.vocab_size}")
     settings = draft_layer_settings(target.model.config)
-    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                "rms_norm_eps", "hidden_act", "attention_bias"):  # fmt: skip
+    for key in (
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+        "hidden_act",
+        "attention_bias",
+    ):
         if key in layer and layer[key] != settings[key]:
             raise ValueError(
                 f"{src}: draft {key}={layer[key]!r}, draftsmith's DFlash layers use {settings[key]!r}"
@@ -343,9 +406,17 @@ def _dflash(
         if theirs is not None and not torch.equal(theirs, ours.detach().cpu().to(theirs.dtype)):
             raise ValueError(f"{src}: {name} is not the target's; draftsmith's DFlash uses the target's")
     layers = int(layer["num_hidden_layers"])
-    draft = DFlashDraft(DFlashConfig(block_size=block, num_layers=layers, feature_layers=canonical,
-                                     num_feature_layers=len(canonical), mask_token_id=mask),
-                        target.model.config, target.vocab_size)  # fmt: skip
+    draft = DFlashDraft(
+        DFlashConfig(
+            block_size=block,
+            num_layers=layers,
+            feature_layers=canonical,
+            num_feature_layers=len(canonical),
+            mask_token_id=mask,
+        ),
+        target.model.config,
+        target.vocab_size,
+    )
     unexpected = set(state) - set(draft.state_dict())
     if unexpected:
         raise ValueError(f"{src}: tensors draftsmith does not know: {sorted(unexpected)}")

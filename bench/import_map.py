@@ -64,13 +64,16 @@ def import_map() -> dict[str, set[str]]:
 
 
 def broken_rules(table: dict[str, set[str]]) -> list[str]:
-    problems = [f"{p} imports {sorted(used - ALLOWED[p])} (allowed: {sorted(ALLOWED[p]) or 'none'})"
-                for p, used in table.items() if used - ALLOWED[p]]  # fmt: skip
+    problems = [
+        f"{p} imports {sorted(used - ALLOWED[p])} (allowed: {sorted(ALLOWED[p]) or 'none'})"
+        for p, used in table.items()
+        if used - ALLOWED[p]
+    ]
     seen: list[str] = []
 
     def visit(p: str, stack: list[str]) -> None:
         if p in stack:
-            problems.append("import cycle: " + " -> ".join([*stack[stack.index(p):], p]))
+            problems.append("import cycle: " + " -> ".join([*stack[stack.index(p) :], p]))
             return
         if p in seen:
             return
@@ -96,8 +99,11 @@ def oversized() -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="python -m bench.import_map", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)  # fmt: skip
+    argparse.ArgumentParser(
+        prog="python -m bench.import_map",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     table = import_map()
     print("| package | imports | allowed |\n|---|---|---|")
     for p in PACKAGES:

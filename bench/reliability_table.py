@@ -26,8 +26,12 @@ def run(out: Path) -> tuple[list[dict], list[tuple[str, str]]]:
     """Run the suites; returns the catalogue's per-case records and `(test, outcome)` of every test."""
     records, junit = out / "catalogue.jsonl", out / "junit.xml"
     env = {**os.environ, "DRAFTSMITH_CATALOGUE": str(records)}
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *SUITES],
-                   cwd=REPO, env=env, check=False)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *SUITES],
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
     rows = [json.loads(line) for line in records.read_text().splitlines()] if records.is_file() else []
     outcomes = []
     for case in ET.parse(junit).getroot().iter("testcase"):
@@ -40,9 +44,16 @@ def run(out: Path) -> tuple[list[dict], list[tuple[str, str]]]:
 # The run-safety tests whose run (resumed, or run beside another writer) is compared bit for bit with the
 # uninterrupted one.
 RESUMING = (
-    "test_resume_from", "test_a_damaged_checkpoint_falls", "test_a_second_writer", "test_a_partial_last",
-    "test_a_kill", "test_a_second_training", "test_two_trainings", "test_a_disk", "test_a_filesystem",
-)  # fmt: skip
+    "test_resume_from",
+    "test_a_damaged_checkpoint_falls",
+    "test_a_second_writer",
+    "test_a_partial_last",
+    "test_a_kill",
+    "test_a_second_training",
+    "test_two_trainings",
+    "test_a_disk",
+    "test_a_filesystem",
+)
 _TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/catalogue\d+")
 
 
@@ -58,17 +69,23 @@ def table(rows: list[dict], outcomes: list[tuple[str, str]]) -> str:
     passed = sum(o == "passed" for _, o in outcomes)
     resumes = [o for n, o in safety if n.startswith(RESUMING)]
     clear = sum(1 for r in rows if r["exit"] != 0 and not r["traceback"])
-    out += ["", f"Totals: {len(outcomes)} cases ({len(rows)} command-line faults + {len(safety)} run-safety "
-            f"tests), {passed} passed; {clear} of {len(rows)} command-line faults end in one clear line with a "
-            f"non-zero exit; silent results (exit 0): {sum(r['exit'] == 0 for r in rows)}; data changed: "
-            f"{sum(not r['unchanged'] for r in rows)}; runs that must equal the uninterrupted run bit for bit: "
-            f"{sum(o == 'passed' for o in resumes)} of {len(resumes)}."]  # fmt: skip
+    out += [
+        "",
+        f"Totals: {len(outcomes)} cases ({len(rows)} command-line faults + {len(safety)} run-safety "
+        f"tests), {passed} passed; {clear} of {len(rows)} command-line faults end in one clear line with a "
+        f"non-zero exit; silent results (exit 0): {sum(r['exit'] == 0 for r in rows)}; data changed: "
+        f"{sum(not r['unchanged'] for r in rows)}; runs that must equal the uninterrupted run bit for bit: "
+        f"{sum(o == 'passed' for o in resumes)} of {len(resumes)}.",
+    ]
     return "\n".join(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="python -m bench.reliability_table", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)  # fmt: skip
+    argparse.ArgumentParser(
+        prog="python -m bench.reliability_table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         rows, outcomes = run(Path(tmp))
     print(table(rows, outcomes))

@@ -39,7 +39,9 @@ def oracle_steps(is_argmax: list[bool], depth: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--target", required=True, help="the target directory")
     parser.add_argument("--data", default="stdlib:heldout", help="held-out prompts (the evaluator's formats)")
     parser.add_argument("--num-prompts", type=int, default=20)
@@ -74,10 +76,22 @@ def main() -> None:
         tokens, steps = tokens + len(answer), steps + s
         taus.append(len(answer) / s)
     mean = sum(taus) / len(taus)
-    stderr = math.sqrt(sum((t - mean) ** 2 for t in taus) / (len(taus) - 1) / len(taus)) if len(taus) > 1 else 0.0
-    print(json.dumps({"temperature": args.temperature, "depth": args.depth, "prompts": len(taus),
-                      "tokens": tokens, "oracle_tau": tokens / steps, "tau_stderr": stderr,
-                      "mean_max_p": sum(max_p) / len(max_p)}))  # fmt: skip
+    stderr = (
+        math.sqrt(sum((t - mean) ** 2 for t in taus) / (len(taus) - 1) / len(taus)) if len(taus) > 1 else 0.0
+    )
+    print(
+        json.dumps(
+            {
+                "temperature": args.temperature,
+                "depth": args.depth,
+                "prompts": len(taus),
+                "tokens": tokens,
+                "oracle_tau": tokens / steps,
+                "tau_stderr": stderr,
+                "mean_max_p": sum(max_p) / len(max_p),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -126,13 +126,17 @@ def common_args(description: str, optimizer: str) -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument(
-        "--batch-size", type=int, default=1,
+        "--batch-size",
+        type=int,
+        default=1,
         help="sets the packing token budget: the sampler yields >= N // batch-size batches per epoch",
-    )  # fmt: skip
+    )
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--lr-scheduler", default="linear", choices=["linear", "cosine", "none"])
     p.add_argument("--max-samples", type=int, default=None)
-    p.add_argument("--optimizer", default=optimizer, choices=["muon", "adamw"], help="speculators default: muon")
+    p.add_argument(
+        "--optimizer", default=optimizer, choices=["muon", "adamw"], help="speculators default: muon"
+    )
     p.add_argument("--total-seq-len", type=int, default=None, help="packing budget (default: searched)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
@@ -157,30 +161,55 @@ def start_run(a: argparse.Namespace) -> tuple[Path, Path, Path]:
     return out, data_dir, ckpt_dir
 
 
-def speculators_argv(a: argparse.Namespace, kind: str, out: Path, data_dir: Path, ckpt_dir: Path, budget: int,
-                     layer_ids: list[int]) -> list[str]:  # fmt: skip
+def speculators_argv(
+    a: argparse.Namespace,
+    kind: str,
+    out: Path,
+    data_dir: Path,
+    ckpt_dir: Path,
+    budget: int,
+    layer_ids: list[int],
+) -> list[str]:
     """The `speculators train` flags both drivers set alike (their docstrings explain each); each adds its own."""
     return [
-        "--verifier-name-or-path", a.model,
-        "--speculator-type", kind,
-        "--data-path", str(data_dir),
-        "--save-path", str(ckpt_dir),
-        "--target-layer-ids", *[str(k) for k in layer_ids],
-        "--draft-attn-impl", "sdpa",
-        "--loss-implementation", "eager",
-        "--optimizer", a.optimizer,
-        "--lr", str(a.lr),
-        "--scheduler-type", a.lr_scheduler,
-        "--scheduler-warmup-steps", str(a.warmup_steps),
-        "--max-steps", str(a.steps),
-        "--epochs", "1",
-        "--total-seq-len", str(budget),
-        "--hidden-states-dtype", "float32",
-        "--num-workers", "0",
-        "--seed", str(a.seed),
-        "--log-dir", str(out / "logs"),
+        "--verifier-name-or-path",
+        a.model,
+        "--speculator-type",
+        kind,
+        "--data-path",
+        str(data_dir),
+        "--save-path",
+        str(ckpt_dir),
+        "--target-layer-ids",
+        *[str(k) for k in layer_ids],
+        "--draft-attn-impl",
+        "sdpa",
+        "--loss-implementation",
+        "eager",
+        "--optimizer",
+        a.optimizer,
+        "--lr",
+        str(a.lr),
+        "--scheduler-type",
+        a.lr_scheduler,
+        "--scheduler-warmup-steps",
+        str(a.warmup_steps),
+        "--max-steps",
+        str(a.steps),
+        "--epochs",
+        "1",
+        "--total-seq-len",
+        str(budget),
+        "--hidden-states-dtype",
+        "float32",
+        "--num-workers",
+        "0",
+        "--seed",
+        str(a.seed),
+        "--log-dir",
+        str(out / "logs"),
         "--no-resume-from-checkpoint",
-    ]  # fmt: skip
+    ]
 
 
 def resolve(argv: list[str], out: Path) -> tuple[argparse.Namespace, MetricCapture]:
@@ -240,8 +269,16 @@ def token_budget(a: argparse.Namespace, n_samples: int, lengths: list[int]) -> i
     return pick_token_budget(lengths, max(max(1, n_samples // a.batch_size), a.steps), a.seq_len, a.seed)[0]
 
 
-def build_loader(a, data_dir: Path, budget: int, hidden_size: int, layer_ids: list[int], preprocess, seed: int,
-                 lengths: list[int]):  # fmt: skip
+def build_loader(
+    a,
+    data_dir: Path,
+    budget: int,
+    hidden_size: int,
+    layer_ids: list[int],
+    preprocess,
+    seed: int,
+    lengths: list[int],
+):
     """speculators' ArrowDataset (every sample trains) + `_setup_dataloader`, fed by the in-process target.
 
     Returns `(loader, transfer, hook_err, samples per trained batch, tokens per trained batch)`."""
@@ -275,9 +312,12 @@ def build_loader(a, data_dir: Path, budget: int, hidden_size: int, layer_ids: li
     batches = loader.batch_sampler._generate_batches(0)[: a.steps]
     per_batch = [len(b) for b in batches]
     tok_batch = [int(sum(lengths[i] for i in b)) for b in batches]
-    print(f"sampler: {len(loader)} batches/epoch, training {len(batches)}: samples/step mean "
-          f"{sum(per_batch) / len(per_batch):.2f} (min {min(per_batch)}, max {max(per_batch)}), tokens/step mean "
-          f"{sum(tok_batch) / len(tok_batch):.0f}", flush=True)  # fmt: skip
+    print(
+        f"sampler: {len(loader)} batches/epoch, training {len(batches)}: samples/step mean "
+        f"{sum(per_batch) / len(per_batch):.2f} (min {min(per_batch)}, max {max(per_batch)}), tokens/step mean "
+        f"{sum(tok_batch) / len(tok_batch):.0f}",
+        flush=True,
+    )
     return loader, transfer, hook_err, per_batch, tok_batch
 
 
@@ -324,8 +364,10 @@ def training_log(capture: MetricCapture, t0: float, total: float, transfer, per_
     stamps = [t0, *capture.stamps]
     times = [b - a_ for a_, b in zip(stamps[:-1], stamps[1:], strict=True)]
     steady = times[1:] if len(times) > 1 else times
-    recs = [{"step": r["global_step"], "sec": dt, "lr": r["lr"], "train": r["train"], "profile": r["profile"]}
-            for r, dt in zip(capture.records, times, strict=True)]  # fmt: skip
+    recs = [
+        {"step": r["global_step"], "sec": dt, "lr": r["lr"], "train": r["train"], "profile": r["profile"]}
+        for r, dt in zip(capture.records, times, strict=True)
+    ]
     keys = sorted(capture.records[-1]["train"]) if capture.records else []
     tail = capture.records[-20:]
     prof_keys = ("fetch_ms", "fwd_ms", "bwd_ms", "opt_ms", "step_ms")

@@ -74,10 +74,11 @@ def parse_args():
     p.add_argument("--block-size", type=int, default=8)
     p.add_argument("--num-draft-layers", type=int, default=2)
     p.add_argument(
-        "--target-layer-ids", default=None,
+        "--target-layer-ids",
+        default=None,
         help="comma list of ModelOpt ids (OUTPUTS of decoder layers, draftsmith canonical - 1), one per draft "
         "layer; default: ModelOpt's build_target_layer_ids",
-    )  # fmt: skip
+    )
     p.add_argument("--num-anchors", type=int, default=64)
     p.add_argument("--mask-token-id", type=int, required=True)
     p.add_argument("--loss-objective", choices=["decay", "dpace"], default="decay")
@@ -89,10 +90,11 @@ def parse_args():
     p.add_argument("--lr-scheduler", default="cosine", help="HF lr_scheduler_type")
     p.add_argument("--max-samples", type=int, default=None)
     p.add_argument(
-        "--init-norm-from-target", action="store_true",
+        "--init-norm-from-target",
+        action="store_true",
         help="ABLATION, not ModelOpt's behaviour: start the draft's output norm as the target's final norm "
         "(draftsmith's init) instead of ModelOpt's ones",
-    )  # fmt: skip
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
     return p.parse_args()
@@ -156,8 +158,10 @@ def main():
     assert records, "no usable records in --data"
     print(f"{len(records)} records; target L={cfg.num_hidden_layers} H={cfg.hidden_size}", flush=True)
 
-    rope = dict(getattr(cfg, "rope_parameters", None) or {"rope_type": "default",
-                                                          "rope_theta": getattr(cfg, "rope_theta", 10000.0)})  # fmt: skip
+    rope = dict(
+        getattr(cfg, "rope_parameters", None)
+        or {"rope_type": "default", "rope_theta": getattr(cfg, "rope_theta", 10000.0)}
+    )
     arch = {
         "num_hidden_layers": a.num_draft_layers,
         "intermediate_size": cfg.intermediate_size,
@@ -186,9 +190,22 @@ def main():
     if a.init_norm_from_target:
         model.dflash_module.norm.load_state_dict(model.get_submodule(model.base_model_path).norm.state_dict())
     dc = model.dflash_config
-    resolved = {k: getattr(dc, k, None) for k in ("num_hidden_layers", "hidden_size", "intermediate_size",
-                "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_parameters",
-                "layer_types", "sliding_window", "_attn_implementation")}  # fmt: skip
+    resolved = {
+        k: getattr(dc, k, None)
+        for k in (
+            "num_hidden_layers",
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "rms_norm_eps",
+            "rope_parameters",
+            "layer_types",
+            "sliding_window",
+            "_attn_implementation",
+        )
+    }
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(
         f"target_layer_ids {model.target_layer_ids}; draft {resolved}; trainable params {n_train}", flush=True
@@ -219,7 +236,7 @@ def main():
         disable_tqdm=True,
     )
     ref = [None]
-    logger = StepLogger(ref, a.log_every, 'acc')
+    logger = StepLogger(ref, a.log_every, "acc")
     trainer = AccuracyTrainer(
         model=model, args=targs, train_dataset=ds, data_collator=collate, callbacks=[logger]
     )
@@ -254,14 +271,14 @@ def main():
             "objective": a.loss_objective,
             "decay_factor": a.loss_decay,
             "self_logit_distillation": not a.no_distill,
-        },  # fmt: skip
+        },
         "draft": {k: v for k, v in resolved.items()},
         "trainable_params": n_train,
         "versions": {
             "modelopt": modelopt.__version__,
             "transformers": transformers.__version__,
             "torch": torch.__version__,
-        },  # fmt: skip
+        },
         "records": logger.records,
     }
     with open(os.path.join(a.out, "train_log.json"), "w") as f:

@@ -261,7 +261,7 @@ def main():
         disable_tqdm=True,
     )
     ref = [None]
-    logger = StepLogger(ref, a.log_every, 'ttt acc')
+    logger = StepLogger(ref, a.log_every, "ttt acc")
     trainer = AccuracyTrainer(
         model=model, args=targs, train_dataset=ds, data_collator=collate, callbacks=[logger]
     )

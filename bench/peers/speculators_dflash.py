@@ -67,9 +67,11 @@ def parse_args():
     p.add_argument("--decay-gamma", type=float, default=4.0, help="slot k weighs exp(-(k-1)/gamma)")
     p.add_argument("--loss-fn", default="kl_div", help="speculators' --loss-fn (its DFlash default: ce)")
     p.add_argument(
-        "--position-weight", default="fixed-exp-decay", choices=["fixed-exp-decay", "dpace"],
+        "--position-weight",
+        default="fixed-exp-decay",
+        choices=["fixed-exp-decay", "dpace"],
         help="speculators' --per-position-loss-weight (its DFlash default: dpace, which needs --loss-fn ce)",
-    )  # fmt: skip
+    )
     return p.parse_args()
 
 
@@ -88,16 +90,25 @@ def main():
     budget = token_budget(a, n_samples, lengths)
     argv = [
         *speculators_argv(a, "dflash", out, data_dir, ckpt_dir, budget, layer_ids),
-        "--num-layers", str(a.num_draft_layers),
-        "--full-attention-indices", *[str(i) for i in range(a.num_draft_layers)],
-        "--draft-vocab-size", str(tcfg.vocab_size),
-        "--block-size", str(a.block_size),
-        "--max-anchors", str(a.num_anchors),
-        "--mask-token-id", str(a.mask_token_id),
-        "--dflash-decay-gamma", str(a.decay_gamma),
-        "--per-position-loss-weight", a.position_weight,
-        "--loss-fn", a.loss_fn,
-    ]  # fmt: skip
+        "--num-layers",
+        str(a.num_draft_layers),
+        "--full-attention-indices",
+        *[str(i) for i in range(a.num_draft_layers)],
+        "--draft-vocab-size",
+        str(tcfg.vocab_size),
+        "--block-size",
+        str(a.block_size),
+        "--max-anchors",
+        str(a.num_anchors),
+        "--mask-token-id",
+        str(a.mask_token_id),
+        "--dflash-decay-gamma",
+        str(a.decay_gamma),
+        "--per-position-loss-weight",
+        a.position_weight,
+        "--loss-fn",
+        a.loss_fn,
+    ]
     args, capture = resolve(argv, out)
 
     model_class = SpeculatorModel.registry["dflash"]
@@ -105,8 +116,11 @@ def main():
     model = build_draft_model(args, model_class, t2d, d2t, draft_vocab_size)
     trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    print(f"{n_samples} samples; layer ids {model.target_layer_ids}; token budget {budget}; "
-          f"trainable params {n_train}: {trainable}", flush=True)  # fmt: skip
+    print(
+        f"{n_samples} samples; layer ids {model.target_layer_ids}; token budget {budget}; "
+        f"trainable params {n_train}: {trainable}",
+        flush=True,
+    )
 
     loader, transfer, hook_err, per_batch, tok_batch = build_loader(
         a, data_dir, budget, int(tcfg.hidden_size), list(model.target_layer_ids), None, args.seed, lengths

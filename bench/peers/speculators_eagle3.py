@@ -165,11 +165,15 @@ def main():
     # ---- 2./3. config from real `speculators train` flags ----
     argv = [
         *speculators_argv(a, "eagle3", out, data_dir, ckpt_dir, budget, layer_ids),
-        "--num-layers", str(a.num_draft_layers),
-        "--draft-vocab-size", str(a.draft_vocab_size or tcfg.vocab_size),
-        "--ttt-steps", str(a.ttt_steps),
-        "--ttt-step-loss-decay", str(a.loss_decay),
-    ]  # fmt: skip
+        "--num-layers",
+        str(a.num_draft_layers),
+        "--draft-vocab-size",
+        str(a.draft_vocab_size or tcfg.vocab_size),
+        "--ttt-steps",
+        str(a.ttt_steps),
+        "--ttt-step-loss-decay",
+        str(a.loss_decay),
+    ]
     if a.arch == "classic":
         argv += ["--no-norm-before-fc", "--no-norm-before-residual", "--no-norm-output"]
     args, capture = resolve(argv, out)
@@ -180,12 +184,22 @@ def main():
     trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
     frozen = sorted(n for n, p in model.named_parameters() if not p.requires_grad)
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    print(f"{n_samples} samples; draft vocab {draft_vocab_size}; layer ids {model.target_layer_ids}; "
-          f"token budget {budget}; trainable params {n_train}: {trainable}; frozen: {frozen}", flush=True)  # fmt: skip
+    print(
+        f"{n_samples} samples; draft vocab {draft_vocab_size}; layer ids {model.target_layer_ids}; "
+        f"token budget {budget}; trainable params {n_train}: {trainable}; frozen: {frozen}",
+        flush=True,
+    )
 
     # ---- 4. loader: speculators' ArrowDataset + multipack sampler + CollateFn + shift_batch ----
     loader, transfer, hook_err, per_batch, tok_batch = build_loader(
-        a, data_dir, budget, int(tcfg.hidden_size), list(model.target_layer_ids), shift_batch, args.seed, lengths
+        a,
+        data_dir,
+        budget,
+        int(tcfg.hidden_size),
+        list(model.target_layer_ids),
+        shift_batch,
+        args.seed,
+        lengths,
     )
 
     # ---- 5. speculators' Trainer ----

@@ -85,8 +85,10 @@ def plant(fault: str, argv: list[str]) -> None:
 
         _before_checkpoint(int(params[0]), pause)
     elif kind == "readonly":
-        _before_checkpoint(int(params[0]), lambda out: subprocess.run(
-            ["mount", "-o", "remount,ro", str(out.parent)], check=True))  # fmt: skip
+        _before_checkpoint(
+            int(params[0]),
+            lambda out: subprocess.run(["mount", "-o", "remount,ro", str(out.parent)], check=True),
+        )
     elif kind in ("fill", "fill-unestimated"):
         _before_checkpoint(int(params[0]), lambda out: _fill(out, int(params[1])))
         if kind == "fill-unestimated":

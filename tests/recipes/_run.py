@@ -25,9 +25,17 @@ def train_cmd(nproc: int = 1, method: str = "medusa", engine: str | None = None)
         return [sys.executable, script]
     config = REPO / "recipes" / "accelerate" / f"{engine or 'ddp'}.yaml"
     return [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-        "--num_processes", str(nproc), "--main_process_port", "0", script,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(config),
+        "--num_processes",
+        str(nproc),
+        "--main_process_port",
+        "0",
+        script,
+    ]
 
 
 def run_recipe(

@@ -17,9 +17,18 @@ RECIPE = "dflash/tiny.yaml"
 def test_two_processes_match_one_process_with_accumulation(tiny_toy_target, tmp_path):
     """Blocks are drawn per sample (seeded by the step and its tokens), so the split does not change them."""
     common = ["train.max_steps=6", "checkpoint.every=0", "train.micro_batch_size=2", "eval.every=0"]
-    run_recipe(tiny_toy_target, tmp_path / "ddp", *common, "train.grad_accum=1", nproc=2, method="dflash",
-               recipe=RECIPE)  # fmt: skip
-    run_recipe(tiny_toy_target, tmp_path / "acc", *common, "train.grad_accum=2", method="dflash", recipe=RECIPE)
+    run_recipe(
+        tiny_toy_target,
+        tmp_path / "ddp",
+        *common,
+        "train.grad_accum=1",
+        nproc=2,
+        method="dflash",
+        recipe=RECIPE,
+    )
+    run_recipe(
+        tiny_toy_target, tmp_path / "acc", *common, "train.grad_accum=2", method="dflash", recipe=RECIPE
+    )
     assert_runs_match(tmp_path / "ddp", tmp_path / "acc", 6)
 
 
@@ -44,9 +53,18 @@ def test_dflash_learns_and_decodes_losslessly(tiny_toy_target, tmp_path):
     assert end["eval/tau_estimate"] > start["eval/tau_estimate"]
     for tree, temperature in (("chain", 0.0), ("topk:2", 0.0), ("chain", 1.0)):
         report = evaluate(
-            EvalArgs(target=str(tiny_toy_target), drafter=str(tmp_path / "run" / "final"), data="stdlib:heldout",
-                     num_prompts=3, max_new_tokens=32, depth=3, tree=tree, temperature=temperature,
-                     check_lossless=temperature == 0.0, progress=False)
-        )  # fmt: skip
+            EvalArgs(
+                target=str(tiny_toy_target),
+                drafter=str(tmp_path / "run" / "final"),
+                data="stdlib:heldout",
+                num_prompts=3,
+                max_new_tokens=32,
+                depth=3,
+                tree=tree,
+                temperature=temperature,
+                check_lossless=temperature == 0.0,
+                progress=False,
+            )
+        )
         assert report["lossless"] is (True if temperature == 0.0 else None)
         assert report["tau"] >= 1.0

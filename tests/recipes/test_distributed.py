@@ -40,10 +40,24 @@ def test_ddp_config_two_processes_match_one_with_accumulation(
     """Every training script runs unchanged under recipes/accelerate/ddp.yaml (Medusa and EAGLE have the
     same test in their own files); 2 ranks x micro-batch 2 == 1 rank x micro-batch 2 x accumulation 2."""
     common = [*SHORT, *extra, "target.dtype=float32"]
-    run_recipe(tiny_toy_target, tmp_path / "ddp", *common, "train.grad_accum=1", nproc=2, method=method,
-               recipe=recipe)  # fmt: skip
-    run_recipe(tiny_toy_target, tmp_path / "one", *common, "train.grad_accum=2", method=method, recipe=recipe,
-               engine="single")  # fmt: skip
+    run_recipe(
+        tiny_toy_target,
+        tmp_path / "ddp",
+        *common,
+        "train.grad_accum=1",
+        nproc=2,
+        method=method,
+        recipe=recipe,
+    )
+    run_recipe(
+        tiny_toy_target,
+        tmp_path / "one",
+        *common,
+        "train.grad_accum=2",
+        method=method,
+        recipe=recipe,
+        engine="single",
+    )
     assert_runs_match(tmp_path / "ddp", tmp_path / "one", 6)
 
 
@@ -92,8 +106,18 @@ def test_frozen_target_sharded_across_two_processes_computes_the_same(tiny_toy_t
     weights, and features, logits, the embedding / head calls drafters make and the gradient back through the
     frozen head (into a drafter's features) equal the unsharded target's."""
     out = tmp_path / "result.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(REPO / "tests" / "recipes" / "_shard_target.py"), kind, str(tiny_toy_target), str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(REPO / "tests" / "recipes" / "_shard_target.py"),
+        kind,
+        str(tiny_toy_target),
+        str(out),
+    ]
     proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -111,8 +135,13 @@ def test_frozen_target_sharded_across_two_processes_computes_the_same(tiny_toy_t
 def test_engines_on_gpu_train_save_and_resume(tiny_toy_target, tmp_path, engine, method, recipe):
     """On GPUs: each engine trains, its final/ loads, and a resumed run matches the uninterrupted one."""
     n = torch.cuda.device_count()
-    common = ["train.max_steps=6", "checkpoint.every=3", "checkpoint.keep_last=0", "log.every=1",
-              "target.dtype=float32"]  # fmt: skip
+    common = [
+        "train.max_steps=6",
+        "checkpoint.every=3",
+        "checkpoint.keep_last=0",
+        "log.every=1",
+        "target.dtype=float32",
+    ]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run_recipe(tiny_toy_target, straight, *common, nproc=n, engine=engine, method=method, recipe=recipe)
     shutil.copytree(straight, resumed)

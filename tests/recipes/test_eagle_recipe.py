@@ -36,7 +36,16 @@ def test_eagle3_learns_and_decodes_losslessly(tiny_toy_target, tmp_path):
     assert end["eval/tau_estimate"] > start["eval/tau_estimate"]
     for tree in ("chain", "dynamic:3:8"):
         report = evaluate(
-            EvalArgs(target=str(tiny_toy_target), drafter=str(tmp_path / "run" / "final"), data="stdlib:heldout",
-                     num_prompts=3, max_new_tokens=32, depth=4, tree=tree, check_lossless=True, progress=False)
-        )  # fmt: skip
+            EvalArgs(
+                target=str(tiny_toy_target),
+                drafter=str(tmp_path / "run" / "final"),
+                data="stdlib:heldout",
+                num_prompts=3,
+                max_new_tokens=32,
+                depth=4,
+                tree=tree,
+                check_lossless=True,
+                progress=False,
+            )
+        )
         assert report["lossless"] is True and report["tau"] > 1.0

@@ -26,8 +26,14 @@ FAULT = str(REPO / "tests" / "recipes" / "_fault.py")
 
 
 def _args(target: Path, out: Path, *extra: str) -> list[str]:
-    return ["--config", str(REPO / "recipes" / "medusa" / "tiny.yaml"), f"target.path={target}",
-            f"output_dir={out}", *SHORT, *extra]  # fmt: skip
+    return [
+        "--config",
+        str(REPO / "recipes" / "medusa" / "tiny.yaml"),
+        f"target.path={target}",
+        f"output_dir={out}",
+        *SHORT,
+        *extra,
+    ]
 
 
 def _faulty(fault: str, target: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -89,8 +95,13 @@ def test_a_kill_while_final_is_written_resumes_to_the_same_final(straight, tiny_
 
 def test_a_second_training_and_a_resume_are_refused_while_a_run_is_going(straight, tiny_toy_target, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, FAULT, "pause-checkpoint:2", str(REPO / "train" / "medusa.py"),
-           *_args(tiny_toy_target, out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        FAULT,
+        "pause-checkpoint:2",
+        str(REPO / "train" / "medusa.py"),
+        *_args(tiny_toy_target, out),
+    ]
     running = subprocess.Popen(
         cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
     )
@@ -117,8 +128,10 @@ def test_a_second_training_and_a_resume_are_refused_while_a_run_is_going(straigh
 def test_two_trainings_started_at_once_one_runs_the_other_is_refused(straight, tiny_toy_target, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, str(REPO / "train" / "medusa.py"), *_args(tiny_toy_target, out)]
-    procs = [subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-             for _ in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        for _ in range(2)
+    ]
     results = [(p, *p.communicate(timeout=600)) for p in procs]
     codes = sorted(p.returncode for p, _, _ in results)
     assert codes == [0, 1], [(p.returncode, err[-2000:]) for p, _, err in results]

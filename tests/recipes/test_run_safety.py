@@ -99,15 +99,22 @@ def test_a_planted_pickle_is_never_loaded(straight, tiny_toy_target, tmp_path, w
 
 def test_a_second_writer_is_refused_and_a_stale_lock_taken_over(straight, tiny_toy_target, tmp_path):
     out = _interrupted(straight, tmp_path)
-    holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": "now", "command": "pytest",
-              "purpose": "training"}  # fmt: skip
+    holder = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": "now",
+        "command": "pytest",
+        "purpose": "training",
+    }
     (out / LOCK_NAME).write_text(json.dumps(holder))
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     proc = run_recipe(tiny_toy_target, out, *SHORT, "--resume", check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"in use by training, pid {os.getpid()}" in proc.stderr
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # nothing touched
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     (out / LOCK_NAME).write_text(json.dumps({**holder, "pid": int(dead.stdout)}))
     proc = run_recipe(tiny_toy_target, out, *SHORT, "--resume")
     assert "took over the stale lock" in proc.stdout

@@ -76,120 +76,481 @@ def _truncate(name: str, keep: int) -> Callable[[Path], None]:
 # id -> (setup(world) -> argv, the text the one error line must hold)
 CASES: dict[str, tuple[Callable[[World], list[str]], str]] = {
     # ---- data and recipe --------------------------------------------------------------------------------
-    "train-unknown-key": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                     f"target.path={w.target}", "train.lrr=1e-3"], "did you mean 'train.lr'"),
-    "train-max-steps-0": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                     f"target.path={w.target}", "train.max_steps=0"], "train.max_steps must be >= 1"),
-    "train-lr-negative": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                     f"target.path={w.target}", "train.lr=-1"], "train.lr must be > 0"),
-    "train-missing-data": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                      f"target.path={w.target}", f"data.train=[{w.root}/nope.jsonl]",
-                                      f"output_dir={w.root}/out-missing-data"], "nope.jsonl"),
+    "train-unknown-key": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            "train.lrr=1e-3",
+        ],
+        "did you mean 'train.lr'",
+    ),
+    "train-max-steps-0": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            "train.max_steps=0",
+        ],
+        "train.max_steps must be >= 1",
+    ),
+    "train-lr-negative": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            "train.lr=-1",
+        ],
+        "train.lr must be > 0",
+    ),
+    "train-missing-data": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            f"data.train=[{w.root}/nope.jsonl]",
+            f"output_dir={w.root}/out-missing-data",
+        ],
+        "nope.jsonl",
+    ),
     "train-missing-config": (lambda w: ["train", "medusa", "--config", f"{w.root}/nope.yaml"], "nope.yaml"),
-    "train-resume-missing-checkpoint": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                                   f"target.path={w.target}", f"--resume={w.root}/no-ckpt",
-                                                   f"output_dir={w.root}/out-resume"], "not a complete checkpoint"),
+    "train-resume-missing-checkpoint": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            f"--resume={w.root}/no-ckpt",
+            f"output_dir={w.root}/out-resume",
+        ],
+        "not a complete checkpoint",
+    ),
     # ---- targets ----------------------------------------------------------------------------------------
-    "eval-missing-target": (lambda w: ["eval", "--target", f"{w.root}/no-target", "--drafter", "ngram",
-                                       "--data", str(w.data)], "no-target"),
+    "eval-missing-target": (
+        lambda w: ["eval", "--target", f"{w.root}/no-target", "--drafter", "ngram", "--data", str(w.data)],
+        "no-target",
+    ),
     # ---- evaluator settings -----------------------------------------------------------------------------
-    "eval-depth-huge": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data", str(w.data),
-                                   "--depth", "100000"], "--depth must be in 0..64"),
-    "eval-tree-huge": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data", str(w.data),
-                                  "--tree", "topk:5000", "--depth", "4"], "at most 1024"),
-    "eval-max-new-tokens-huge": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data",
-                                            str(w.data), "--max-new-tokens", "100000000"], "--max-new-tokens must be"),
-    "eval-unknown-tree": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data", str(w.data),
-                                     "--tree", "beam:2"], "chain, topk:K"),
-    "eval-missing-data": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data",
-                                     f"{w.root}/nope.jsonl"], "nope.jsonl"),
-    "eval-lossless-at-t1": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data",
-                                       str(w.data), "--temperature", "1", "--check-lossless"], "greedy"),
+    "eval-depth-huge": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--drafter",
+            "ngram",
+            "--data",
+            str(w.data),
+            "--depth",
+            "100000",
+        ],
+        "--depth must be in 0..64",
+    ),
+    "eval-tree-huge": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--drafter",
+            "ngram",
+            "--data",
+            str(w.data),
+            "--tree",
+            "topk:5000",
+            "--depth",
+            "4",
+        ],
+        "at most 1024",
+    ),
+    "eval-max-new-tokens-huge": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--drafter",
+            "ngram",
+            "--data",
+            str(w.data),
+            "--max-new-tokens",
+            "100000000",
+        ],
+        "--max-new-tokens must be",
+    ),
+    "eval-unknown-tree": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--drafter",
+            "ngram",
+            "--data",
+            str(w.data),
+            "--tree",
+            "beam:2",
+        ],
+        "chain, topk:K",
+    ),
+    "eval-missing-data": (
+        lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data", f"{w.root}/nope.jsonl"],
+        "nope.jsonl",
+    ),
+    "eval-lossless-at-t1": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--drafter",
+            "ngram",
+            "--data",
+            str(w.data),
+            "--temperature",
+            "1",
+            "--check-lossless",
+        ],
+        "greedy",
+    ),
     # ---- weights and checkpoints ------------------------------------------------------------------------
-    "eval-flipped-byte": (lambda w: ["eval", "--target", str(w.target), "--data", str(w.data), "--drafter",
-                                     str(_copy(w.drafter, w.root / "flipped", _flip_last_byte))], "sha256"),
-    "eval-truncated-config": (lambda w: ["eval", "--target", str(w.target), "--data", str(w.data), "--drafter",
-                                         str(_copy(w.drafter, w.root / "badjson", _truncate("config.json", 50)))],
-                              "not valid JSON"),
-    "eval-training-checkpoint": (lambda w: ["eval", "--target", str(w.target), "--data", str(w.data),
-                                            "--drafter", str(_copy(w.drafter, w.root / "run" / "checkpoint-4",
-                                                                   lambda d: (d / "trainer_state.json").write_text("{}")))],
-                                 "is a training checkpoint"),
-    "export-flipped-byte": (lambda w: ["export", str(_copy(w.drafter, w.root / "flipped2", _flip_last_byte)),
-                                       "--to", "vllm", "--out", f"{w.root}/exp1"], "sha256"),
+    "eval-flipped-byte": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--data",
+            str(w.data),
+            "--drafter",
+            str(_copy(w.drafter, w.root / "flipped", _flip_last_byte)),
+        ],
+        "sha256",
+    ),
+    "eval-truncated-config": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--data",
+            str(w.data),
+            "--drafter",
+            str(_copy(w.drafter, w.root / "badjson", _truncate("config.json", 50))),
+        ],
+        "not valid JSON",
+    ),
+    "eval-training-checkpoint": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--data",
+            str(w.data),
+            "--drafter",
+            str(
+                _copy(
+                    w.drafter,
+                    w.root / "run" / "checkpoint-4",
+                    lambda d: (d / "trainer_state.json").write_text("{}"),
+                )
+            ),
+        ],
+        "is a training checkpoint",
+    ),
+    "export-flipped-byte": (
+        lambda w: [
+            "export",
+            str(_copy(w.drafter, w.root / "flipped2", _flip_last_byte)),
+            "--to",
+            "vllm",
+            "--out",
+            f"{w.root}/exp1",
+        ],
+        "sha256",
+    ),
     "export-weights-of-another-drafter": (
-        lambda w: ["export", str(_copy(w.drafter, w.root / "swapped", lambda d: shutil.copy(
-            w.medusa / "model.safetensors", d / "model.safetensors"))), "--to", "vllm", "--out", f"{w.root}/exp2"],
-        "sha256"),
-    "export-unserved-engine": (lambda w: ["export", str(w.drafter), "--to", "tgi", "--out", f"{w.root}/exp3"],
-                               "tgi does not serve eagle3"),
-    "export-not-a-checkpoint": (lambda w: ["export", str(w.root), "--to", "vllm", "--out", f"{w.root}/exp4"],
-                                "config.json is missing"),
+        lambda w: [
+            "export",
+            str(
+                _copy(
+                    w.drafter,
+                    w.root / "swapped",
+                    lambda d: shutil.copy(w.medusa / "model.safetensors", d / "model.safetensors"),
+                )
+            ),
+            "--to",
+            "vllm",
+            "--out",
+            f"{w.root}/exp2",
+        ],
+        "sha256",
+    ),
+    "export-unserved-engine": (
+        lambda w: ["export", str(w.drafter), "--to", "tgi", "--out", f"{w.root}/exp3"],
+        "tgi does not serve eagle3",
+    ),
+    "export-not-a-checkpoint": (
+        lambda w: ["export", str(w.root), "--to", "vllm", "--out", f"{w.root}/exp4"],
+        "config.json is missing",
+    ),
     # ---- uploads ----------------------------------------------------------------------------------------
-    "push-local-target-without-repo": (lambda w: ["push", str(w.drafter), "--repo", "acme/x", "--dry-run",
-                                                  f"{w.root}/up1"], "--target-repo"),
-    "push-bad-repo-id": (lambda w: ["push", str(w.drafter), "--repo", "not a repo", "--dry-run", f"{w.root}/up2"],
-                         "expected ORG/NAME"),
-    "push-unmeasured": (lambda w: ["push", str(w.medusa), "--repo", "acme/x", "--target-repo", "acme/t",
-                                   "--dry-run", f"{w.root}/up3"], "measure the drafter first"),
-
+    "push-local-target-without-repo": (
+        lambda w: ["push", str(w.drafter), "--repo", "acme/x", "--dry-run", f"{w.root}/up1"],
+        "--target-repo",
+    ),
+    "push-bad-repo-id": (
+        lambda w: ["push", str(w.drafter), "--repo", "not a repo", "--dry-run", f"{w.root}/up2"],
+        "expected ORG/NAME",
+    ),
+    "push-unmeasured": (
+        lambda w: [
+            "push",
+            str(w.medusa),
+            "--repo",
+            "acme/x",
+            "--target-repo",
+            "acme/t",
+            "--dry-run",
+            f"{w.root}/up3",
+        ],
+        "measure the drafter first",
+    ),
     # ---- more recipe numbers ----------------------------------------------------------------------------
-    "train-epochs-0": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                  f"target.path={w.target}", "train.epochs=0"], "train.epochs must be > 0"),
-    "train-max-grad-norm-0": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                         f"target.path={w.target}", "train.max_grad_norm=0"], "max_grad_norm must be > 0"),
-    "train-warmup-ratio-1": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                        f"target.path={w.target}", "train.warmup_ratio=1"], "warmup_ratio must be in [0, 1)"),
-    "cache-without-directory": (lambda w: ["cache", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                           f"target.path={w.target}"], "set data.cache=DIR"),
+    "train-epochs-0": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            "train.epochs=0",
+        ],
+        "train.epochs must be > 0",
+    ),
+    "train-max-grad-norm-0": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            "train.max_grad_norm=0",
+        ],
+        "max_grad_norm must be > 0",
+    ),
+    "train-warmup-ratio-1": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            "train.warmup_ratio=1",
+        ],
+        "warmup_ratio must be in [0, 1)",
+    ),
+    "cache-without-directory": (
+        lambda w: ["cache", "medusa", "--config", "recipes/medusa/tiny.yaml", f"target.path={w.target}"],
+        "set data.cache=DIR",
+    ),
     # ---- run directories ----------------------------------------------------------------------------------
-    "train-over-a-finished-run": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                             f"target.path={w.target}", f"output_dir={_old_run(w)}"], "pass --resume"),
-    "train-into-a-busy-directory": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                               f"target.path={w.target}", f"output_dir={_busy_dir(w)}"],
-                                    "in use by training, pid"),
+    "train-over-a-finished-run": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            f"output_dir={_old_run(w)}",
+        ],
+        "pass --resume",
+    ),
+    "train-into-a-busy-directory": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            f"output_dir={_busy_dir(w)}",
+        ],
+        "in use by training, pid",
+    ),
     # ---- more evaluator settings --------------------------------------------------------------------------
-    "eval-num-prompts-negative": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data",
-                                             str(w.data), "--num-prompts", "-1"], "--num-prompts must be >= 0"),
-    "eval-depth-negative": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data",
-                                       str(w.data), "--depth", "-1"], "--depth must be in 0..64"),
-    "eval-paths-file-missing": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data",
-                                           str(w.data), "--tree", f"paths:{w.root}/nope.json"], "does not exist"),
-    "eval-dynamic-tree-zero": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data",
-                                          str(w.data), "--tree", "dynamic:0:5"], "dynamic:K:N"),
-    "eval-unknown-dtype": (lambda w: ["eval", "--target", str(w.target), "--drafter", "ngram", "--data",
-                                      str(w.data), "--dtype", "float8"], "invalid choice"),
-    "eval-tokenizer-larger-than-model": (lambda w: ["eval", "--target", str(_grown_tokenizer(w)), "--drafter",
-                                                    "ngram", "--data", str(w.data)], "tokenizer has"),
+    "eval-num-prompts-negative": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--drafter",
+            "ngram",
+            "--data",
+            str(w.data),
+            "--num-prompts",
+            "-1",
+        ],
+        "--num-prompts must be >= 0",
+    ),
+    "eval-depth-negative": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--drafter",
+            "ngram",
+            "--data",
+            str(w.data),
+            "--depth",
+            "-1",
+        ],
+        "--depth must be in 0..64",
+    ),
+    "eval-paths-file-missing": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--drafter",
+            "ngram",
+            "--data",
+            str(w.data),
+            "--tree",
+            f"paths:{w.root}/nope.json",
+        ],
+        "does not exist",
+    ),
+    "eval-dynamic-tree-zero": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--drafter",
+            "ngram",
+            "--data",
+            str(w.data),
+            "--tree",
+            "dynamic:0:5",
+        ],
+        "dynamic:K:N",
+    ),
+    "eval-unknown-dtype": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--drafter",
+            "ngram",
+            "--data",
+            str(w.data),
+            "--dtype",
+            "float8",
+        ],
+        "invalid choice",
+    ),
+    "eval-tokenizer-larger-than-model": (
+        lambda w: ["eval", "--target", str(_grown_tokenizer(w)), "--drafter", "ngram", "--data", str(w.data)],
+        "tokenizer has",
+    ),
     # ---- more weights and exports -------------------------------------------------------------------------
-    "eval-truncated-weights": (lambda w: ["eval", "--target", str(w.target), "--data", str(w.data), "--drafter",
-                                          str(_copy(w.drafter, w.root / "trunc", _truncate("model.safetensors", 64)))],
-                               "sha256"),
+    "eval-truncated-weights": (
+        lambda w: [
+            "eval",
+            "--target",
+            str(w.target),
+            "--data",
+            str(w.data),
+            "--drafter",
+            str(_copy(w.drafter, w.root / "trunc", _truncate("model.safetensors", 64))),
+        ],
+        "sha256",
+    ),
     "export-truncated-weights-without-a-hash": (
-        lambda w: ["export", str(_copy(w.drafter, w.root / "trunc2", _unhashed_truncation)), "--to", "vllm",
-                   "--out", f"{w.root}/exp5"], "not a readable safetensors file"),
-    "export-unknown-engine": (lambda w: ["export", str(w.drafter), "--to", "trt", "--out", f"{w.root}/exp6"],
-                              "invalid choice"),
-    "export-over-a-foreign-directory": (lambda w: ["export", str(w.drafter), "--to", "vllm", "--out",
-                                                   str(_foreign_dir(w))], "is not a draftsmith export"),
-    "export-to-a-fine-tune-of-the-target": (lambda w: ["export", str(w.drafter), "--to", "vllm", "--out",
-                                                       f"{w.root}/exp7", "--target", str(_fine_tune(w))],
-                                            "weights_sha256"),
+        lambda w: [
+            "export",
+            str(_copy(w.drafter, w.root / "trunc2", _unhashed_truncation)),
+            "--to",
+            "vllm",
+            "--out",
+            f"{w.root}/exp5",
+        ],
+        "not a readable safetensors file",
+    ),
+    "export-unknown-engine": (
+        lambda w: ["export", str(w.drafter), "--to", "trt", "--out", f"{w.root}/exp6"],
+        "invalid choice",
+    ),
+    "export-over-a-foreign-directory": (
+        lambda w: ["export", str(w.drafter), "--to", "vllm", "--out", str(_foreign_dir(w))],
+        "is not a draftsmith export",
+    ),
+    "export-to-a-fine-tune-of-the-target": (
+        lambda w: [
+            "export",
+            str(w.drafter),
+            "--to",
+            "vllm",
+            "--out",
+            f"{w.root}/exp7",
+            "--target",
+            str(_fine_tune(w)),
+        ],
+        "weights_sha256",
+    ),
     # ---- offline feature caches ------------------------------------------------------------------------------
-    "train-on-a-corrupt-cache": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                            f"target.path={w.target}", f"data.cache={_corrupt_cache(w)}",
-                                            f"output_dir={w.root.parent}/out-corrupt-cache"], "is corrupt"),
+    "train-on-a-corrupt-cache": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            f"data.cache={_corrupt_cache(w)}",
+            f"output_dir={w.root.parent}/out-corrupt-cache",
+        ],
+        "is corrupt",
+    ),
     "train-on-a-corrupt-cache-unverified": (
-        lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml", f"target.path={w.target}",
-                   f"data.cache={_corrupt_cache(w)}", "data.cache_verify=false", "train.max_steps=4",
-                   f"output_dir={w.root.parent}/out-corrupt-cache-unverified"], "is corrupt"),
-    "train-on-a-truncated-cache": (lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml",
-                                              f"target.path={w.target}", f"data.cache={_truncated_cache(w)}",
-                                              f"output_dir={w.root.parent}/out-truncated-cache"], "is truncated"),
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            f"data.cache={_corrupt_cache(w)}",
+            "data.cache_verify=false",
+            "train.max_steps=4",
+            f"output_dir={w.root.parent}/out-corrupt-cache-unverified",
+        ],
+        "is corrupt",
+    ),
+    "train-on-a-truncated-cache": (
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            f"data.cache={_truncated_cache(w)}",
+            f"output_dir={w.root.parent}/out-truncated-cache",
+        ],
+        "is truncated",
+    ),
     "train-on-a-cache-of-another-target": (
-        lambda w: ["train", "medusa", "--config", "recipes/medusa/tiny.yaml", f"target.path={_fine_tune(w)}",
-                   f"data.cache={_cache(w)}", f"output_dir={w.root.parent}/out-other-cache"], "weights_sha256"),
-}  # fmt: skip
+        lambda w: [
+            "train",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={_fine_tune(w)}",
+            f"data.cache={_cache(w)}",
+            f"output_dir={w.root.parent}/out-other-cache",
+        ],
+        "weights_sha256",
+    ),
+}
 
 CACHE_DATA = ["data.max_samples=16", "data.eval_max_samples=4", "data.max_len=128"]
 
@@ -198,8 +559,19 @@ def _cache(w: World) -> Path:
     """A Medusa feature cache of the tiny target, built once (several train shards)."""
     out = w.root / "cache"
     if not (out / "index.json").is_file():
-        code = cli(["cache", "medusa", "--config", "recipes/medusa/tiny.yaml", f"target.path={w.target}",
-                    f"data.cache={out}", "--shard-tokens", "300", *CACHE_DATA])  # fmt: skip
+        code = cli(
+            [
+                "cache",
+                "medusa",
+                "--config",
+                "recipes/medusa/tiny.yaml",
+                f"target.path={w.target}",
+                f"data.cache={out}",
+                "--shard-tokens",
+                "300",
+                *CACHE_DATA,
+            ]
+        )
         assert code == 0
     return out
 
@@ -241,8 +613,9 @@ def _busy_dir(w: World) -> Path:
 
     busy = w.root / "busy-run"
     busy.mkdir(exist_ok=True)
-    (busy / ".draftsmith.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                                       "purpose": "training"}))  # fmt: skip
+    (busy / ".draftsmith.lock").write_text(
+        json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "purpose": "training"})
+    )
     return busy
 
 
@@ -286,12 +659,18 @@ def _fine_tune(w: World) -> Path:
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*")
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_fault_is_one_clear_line_and_changes_nothing(case, world, capsys, monkeypatch):
-    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # recipes/ paths as a user in a checkout types them
+    monkeypatch.chdir(
+        Path(__file__).resolve().parents[2]
+    )  # recipes/ paths as a user in a checkout types them
     setup, expected = CASES[case]
     argv = setup(world)  # builds the damaged copies first: they are part of "before"
     before = _snapshot(world.root)
@@ -305,8 +684,18 @@ def test_fault_is_one_clear_line_and_changes_nothing(case, world, capsys, monkey
     record = os.environ.get("DRAFTSMITH_CATALOGUE")  # bench/reliability_table.py collects the outcomes
     if record:
         with open(record, "a") as f:
-            f.write(json.dumps({"case": case, "exit": code, "error": errors[0] if errors else err[-200:],
-                                "unchanged": unchanged, "traceback": "Traceback" in err}) + "\n")  # fmt: skip
+            f.write(
+                json.dumps(
+                    {
+                        "case": case,
+                        "exit": code,
+                        "error": errors[0] if errors else err[-200:],
+                        "unchanged": unchanged,
+                        "traceback": "Traceback" in err,
+                    }
+                )
+                + "\n"
+            )
     assert code != 0, err
     assert "Traceback" not in err and len(errors) == 1, err
     assert expected in errors[0], errors[0]

@@ -46,8 +46,27 @@ def targets(tokenizer):
 
 
 def test_the_matrix_covers_every_architecture_the_issue_names():
-    named = {"llama", "llama_tied", "llama3_rope", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen3_next",
-             "gemma2", "gemma3", "phi3", "glm4", "olmo2", "granite", "smollm3", "deepseek_v3", "gpt_oss", "llama4"}  # fmt: skip
+    named = {
+        "llama",
+        "llama_tied",
+        "llama3_rope",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "qwen3_next",
+        "gemma2",
+        "gemma3",
+        "phi3",
+        "glm4",
+        "olmo2",
+        "granite",
+        "smollm3",
+        "deepseek_v3",
+        "gpt_oss",
+        "llama4",
+    }
     assert named <= set(ARCHS), f"the pinned transformers lacks {named - set(ARCHS)}"
 
 
@@ -154,8 +173,9 @@ def test_t0_decoding_is_lossless_with_an_fp8_kv_cache(arch, targets, tokenizer):
     assert not torch.equal(logits["auto"], logits["fp8"])
     for kind in ("self", "ngram", "eagle3"):
         for tree in ("chain", "topk:2"):
-            decoder = SpeculativeDecoder(target, _untrained(kind, target), parse_tree(tree, 2), greedy,
-                                         kv_cache="fp8")  # fmt: skip
+            decoder = SpeculativeDecoder(
+                target, _untrained(kind, target), parse_tree(tree, 2), greedy, kv_cache="fp8"
+            )
             decoder.stop_ids = set()
             assert decoder.generate(prompt, 16).tokens == expected, (kind, tree)
 
@@ -165,8 +185,9 @@ def test_the_target_drafting_for_itself_is_always_accepted_at_t1(arch, targets, 
     """At T=1 the target's own samples are accepted with probability 1 (min(1, p/q) = 1): only if the verifier's
     p is exactly the drafter's q, i.e. the model's own distribution (Granite accepted 4% before)."""
     target = targets(arch)
-    decoder = SpeculativeDecoder(target, LMDrafter(target.model, name="self"), parse_tree("chain", 3),
-                                 Sampling(temperature=1.0))  # fmt: skip
+    decoder = SpeculativeDecoder(
+        target, LMDrafter(target.model, name="self"), parse_tree("chain", 3), Sampling(temperature=1.0)
+    )
     decoder.stop_ids = set()
     out = decoder.generate(_prompt(tokenizer), 20, torch.Generator().manual_seed(0))
     full = [s for s in out.steps if s.depth == 3]
@@ -188,9 +209,15 @@ def test_draft_layers_are_the_engines_llama_layer_whatever_the_target(arch, targ
     eagle3 = _untrained("eagle3", target).draft
     names = set(eagle3.layer.state_dict())
     assert {n.rsplit(".", 1)[0] for n in names if not n.startswith("rotary_emb")} == {
-        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "post_attention_layernorm",
-    }  # fmt: skip
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+        "post_attention_layernorm",
+    }
     for draft in (eagle3, _untrained("mtp", target).draft):
         assert all(torch.isfinite(p).all() for p in draft.parameters())
 
@@ -243,7 +270,7 @@ def test_a_non_finite_loss_stops_training_with_one_line_and_no_final(tmp_path_fa
         return feats, logits
 
     monkeypatch.setattr(FrozenTarget, "batch_features", poisoned)
-    from draftsmith.train.core.loop import NonFiniteLoss
+    from draftsmith.train.core.finite import NonFiniteLoss
 
     with pytest.raises(
         NonFiniteLoss, match=r"training stopped at step 2: loss term\(s\) depth1, depth2 not finite"
@@ -278,13 +305,28 @@ def test_real_target_recipe_runs_on_its_architecture_at_tiny_size(recipe, tokeni
     method = recipe.split("/")[0]
     main = importlib.import_module(f"draftsmith.train.{method}").main
     out = tmp_path / "run"
-    code = main([
-        "--config", str(__import__("pathlib").Path(recipes_init).parent / recipe), f"target.path={path}",
-        f"output_dir={out}", "target.dtype=float32", "train.mixed_precision=no", "log.wandb=false",
-        "data.train=[stdlib:train]", "data.eval=[stdlib:heldout]", "data.max_samples=16", "data.eval_max_samples=2",
-        "data.max_len=256", "train.max_steps=2", "checkpoint.every=0", "eval.every=0", "log.every=1",
-        "train.micro_batch_size=2", "train.grad_accum=1",
-    ])  # fmt: skip
+    code = main(
+        [
+            "--config",
+            str(__import__("pathlib").Path(recipes_init).parent / recipe),
+            f"target.path={path}",
+            f"output_dir={out}",
+            "target.dtype=float32",
+            "train.mixed_precision=no",
+            "log.wandb=false",
+            "data.train=[stdlib:train]",
+            "data.eval=[stdlib:heldout]",
+            "data.max_samples=16",
+            "data.eval_max_samples=2",
+            "data.max_len=256",
+            "train.max_steps=2",
+            "checkpoint.every=0",
+            "eval.every=0",
+            "log.every=1",
+            "train.micro_batch_size=2",
+            "train.grad_accum=1",
+        ]
+    )
     assert code == 0
     losses = [v for r in read_metrics(out / "metrics.jsonl") for k, v in r.items() if k.endswith("/loss")]
     assert losses and all(math.isfinite(v) for v in losses)

@@ -36,7 +36,13 @@ def test_no_module_is_oversized():
 def test_every_cited_document_is_in_the_repository():
     cited = re.compile(r"\b([A-Z][A-Z-]+\.md)\b")
     missing = set()
-    for folder in (*(SRC / p for p in PACKAGES), SRC / "recipes", REPO / "bench", REPO / "tests", REPO / "train"):
+    for folder in (
+        *(SRC / p for p in PACKAGES),
+        SRC / "recipes",
+        REPO / "bench",
+        REPO / "tests",
+        REPO / "train",
+    ):
         for path in folder.rglob("*.py"):
             for name in cited.findall(path.read_text()):
                 if name == "SOURCES.md":  # the manifest of the data folder tests read, not a design document

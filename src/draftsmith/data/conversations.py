@@ -31,7 +31,15 @@ from typing import Any
 
 from .formats import FORMATS, ROLES, Conversation, _convert, detect_format
 
-__all__ = ["FORMATS", "ROLES", "Conversation", "detect_format", "prompt_turns", "read_conversations", "with_answers"]
+__all__ = [
+    "FORMATS",
+    "ROLES",
+    "Conversation",
+    "detect_format",
+    "prompt_turns",
+    "read_conversations",
+    "with_answers",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -231,5 +239,3 @@ def _text_documents(text: str) -> list[str]:
     if len(blocks) == 1:
         return [line for line in blocks[0].split("\n") if line.strip()]
     return blocks
-
-

@@ -38,6 +38,7 @@ FORMAT_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 FORMATS = tuple(FORMAT_KEYS)
 
+
 @dataclass
 class Conversation:
     """One training or evaluation record.
@@ -66,8 +67,6 @@ def detect_format(record: dict[str, Any], where: str) -> str:
         f"{where}: cannot tell the data format from keys {sorted(record)}; expected one of: {_formats_help()}. "
         "Rename the fields, or pass the format explicitly."
     )
-
-
 
 
 def _convert(

@@ -94,8 +94,10 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
         if args.num_prompts > len(convs):
             logger.warning(
                 "--num-prompts %d: %s has only %d usable conversations; evaluating those",
-                args.num_prompts, args.data, len(convs),
-            )  # fmt: skip
+                args.num_prompts,
+                args.data,
+                len(convs),
+            )
         convs = convs[: args.num_prompts]
     if target is None:
         device = torch.device(
@@ -144,7 +146,13 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
             spec = decoder.generate(prompt, args.max_new_tokens, generator(index, k))
             base = (
                 plain_decode(
-                    target, prompt, args.max_new_tokens, sampling, generator(index, k), stop_ids, args.kv_cache
+                    target,
+                    prompt,
+                    args.max_new_tokens,
+                    sampling,
+                    generator(index, k),
+                    stop_ids,
+                    args.kv_cache,
                 )
                 if args.baseline
                 else None
@@ -165,9 +173,11 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
     if original is not None:
         firsts = [render_prompt(target.tokenizer, prompt_turns(c)[0], c.tools) for c in convs]
         report["adapter_drift"] = adapter_drift(
-            original, target, [p for p in firsts if max_pos is None or len(p) + args.max_new_tokens <= max_pos],
+            original,
+            target,
+            [p for p in firsts if max_pos is None or len(p) + args.max_new_tokens <= max_pos],
             args.max_new_tokens,
-        )  # fmt: skip
+        )
     rows = per_prompt_rows(turns)
     lossless = None
     if args.check_lossless:

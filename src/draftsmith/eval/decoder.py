@@ -161,9 +161,14 @@ class SpeculativeDecoder:
             else:
                 positions = [past + d for d in tree.depths()]
                 mask = layer_tree_masks(
-                    tree.ancestor_mask(), positions, positions, past, self.text_config, self.target.model.dtype,
+                    tree.ancestor_mask(),
+                    positions,
+                    positions,
+                    past,
+                    self.text_config,
+                    self.target.model.dtype,
                     device,
-                )  # fmt: skip
+                )
                 features, logits = self._forward(
                     tree.tokens, cache, mask, torch.tensor([positions], device=device)
                 )

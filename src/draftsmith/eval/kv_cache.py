@@ -168,8 +168,14 @@ class Snapshot:
     states: list[tuple[int, dict[str, Any]]]
 
 
-_STATE_FIELDS = ("conv_states", "recurrent_states", "is_conv_states_initialized",
-                 "is_recurrent_states_initialized", "has_previous_state", "conv_kernel_size")  # fmt: skip
+_STATE_FIELDS = (
+    "conv_states",
+    "recurrent_states",
+    "is_conv_states_initialized",
+    "is_recurrent_states_initialized",
+    "has_previous_state",
+    "conv_kernel_size",
+)
 
 
 def snapshot(cache: Any) -> Snapshot:
@@ -192,5 +198,8 @@ def restore(cache: Any, snap: Snapshot) -> None:
             _select(layer, lambda x: x[..., : snap.length, :])
     for i, copy in snap.states:
         for name, value in copy.items():
-            setattr(cache.layers[i], name, {k: (v.clone() if isinstance(v, torch.Tensor) else v)
-                                            for k, v in value.items()})  # fmt: skip
+            setattr(
+                cache.layers[i],
+                name,
+                {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in value.items()},
+            )

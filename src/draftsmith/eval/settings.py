@@ -22,16 +22,22 @@ class EvalArgs:
 
     target: str = field(metadata={"help": "Target model: a local directory or a Hugging Face Hub id."})
     drafter: str = field(
-        metadata={"help": "ngram (prompt lookup), self (the target drafts for itself: a sanity check), a draftsmith "
-                  "checkpoint directory (a run's final/), or a Hugging Face causal LM sharing the target's "
-                  "tokenizer."}  # fmt: skip
+        metadata={
+            "help": "ngram (prompt lookup), self (the target drafts for itself: a sanity check), a draftsmith "
+            "checkpoint directory (a run's final/), or a Hugging Face causal LM sharing the target's "
+            "tokenizer."
+        }
     )
     data: str = field(
-        metadata={"help": "Prompts: a .jsonl/.json/.parquet file in any format of the data pipeline (messages, "
-                  "sharegpt, alpaca, turns, pair), a save_to_disk directory, hf:owner/name[:split] or "
-                  "stdlib:heldout."}  # fmt: skip
+        metadata={
+            "help": "Prompts: a .jsonl/.json/.parquet file in any format of the data pipeline (messages, "
+            "sharegpt, alpaca, turns, pair), a save_to_disk directory, hf:owner/name[:split] or "
+            "stdlib:heldout."
+        }
     )
-    format: str = field(default="auto", metadata={"help": "Data format (auto: detected from the first record)."})
+    format: str = field(
+        default="auto", metadata={"help": "Data format (auto: detected from the first record)."}
+    )
     num_prompts: int = field(default=20, metadata={"help": "Items to evaluate (0 = all)."})
     max_new_tokens: int = field(default=128, metadata={"help": "New tokens per answer."})
     depth: int | None = field(
@@ -39,12 +45,16 @@ class EvalArgs:
     )
     tree: str = field(
         default="chain",
-        metadata={"help": "Draft tree: chain, topk:K (K alternatives per depth), sample:K (K sampled alternatives, "
-                  "LM drafters at T>0), paths:FILE (JSON list of rank paths, Medusa style), or dynamic:K:N "
-                  "(EAGLE-2 dynamic tree of N drafts, EAGLE drafters)."},  # fmt: skip
+        metadata={
+            "help": "Draft tree: chain, topk:K (K alternatives per depth), sample:K (K sampled alternatives, "
+            "LM drafters at T>0), paths:FILE (JSON list of rank paths, Medusa style), or dynamic:K:N "
+            "(EAGLE-2 dynamic tree of N drafts, EAGLE drafters)."
+        },
     )
     temperature: float = field(default=0.0, metadata={"help": "0 = greedy; > 0 = sampling."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling, applied to target and draft alike."})
+    top_p: float = field(
+        default=1.0, metadata={"help": "Nucleus sampling, applied to target and draft alike."}
+    )
     top_k: int = field(default=0, metadata={"help": "Top-k sampling (0 = off), applied to both alike."})
     seed: int = field(default=0, metadata={"help": "Sampling seed (each answer gets seed-derived streams)."})
     acceptance: Literal["exact", "typical"] = field(
@@ -61,20 +71,28 @@ class EvalArgs:
     )
     kv_cache: Literal["auto", "fp8"] = field(
         default="auto",
-        metadata={"help": "The target's key/value cache: auto (the model's dtype) or fp8 (float8 e4m3 with a "
-                  "per-tensor scale, as vLLM's --kv-cache-dtype fp8; the plain-decoding baseline uses it too)."},  # fmt: skip
+        metadata={
+            "help": "The target's key/value cache: auto (the model's dtype) or fp8 (float8 e4m3 with a "
+            "per-tensor scale, as vLLM's --kv-cache-dtype fp8; the plain-decoding baseline uses it too)."
+        },
     )
     ngram_max: int = field(default=3, metadata={"help": "Longest n-gram the ngram drafter matches."})
     ngram_min: int = field(default=1, metadata={"help": "Shortest n-gram the ngram drafter matches."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
     # What to do with the report.
     report: str | None = field(default=None, metadata={"help": "Write the JSON report here."})
-    plot: str | None = field(default=None, metadata={"help": "Write a PNG bar plot of acceptance by depth here."})
-    save_eval: bool = field(default=False, metadata={"help": "Write the report as eval.json in the checkpoint."})
+    plot: str | None = field(
+        default=None, metadata={"help": "Write a PNG bar plot of acceptance by depth here."}
+    )
+    save_eval: bool = field(
+        default=False, metadata={"help": "Write the report as eval.json in the checkpoint."}
+    )
     min_tau: float | None = field(
         default=None,
-        metadata={"help": "Deployment gate (eval/gate.py): exit status 3 when tau is below this or the lossless "
-                  "check failed."},  # fmt: skip
+        metadata={
+            "help": "Deployment gate (eval/gate.py): exit status 3 when tau is below this or the lossless "
+            "check failed."
+        },
     )
 
 
@@ -87,12 +105,24 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         tp, name, text = hints[f.name], f.name.replace("_", "-"), f.metadata.get("help")
         if tp is bool:
             negated = f.default is True
-            parser.add_argument(f"--no-{name}" if negated else f"--{name}", dest=f.name, action="store_const",
-                                const=not negated, default=argparse.SUPPRESS, help=text)  # fmt: skip
+            parser.add_argument(
+                f"--no-{name}" if negated else f"--{name}",
+                dest=f.name,
+                action="store_const",
+                const=not negated,
+                default=argparse.SUPPRESS,
+                help=text,
+            )
             continue
         choices = list(get_args(tp)) if get_origin(tp) is Literal else None
-        parser.add_argument(f"--{name}", dest=f.name, default=argparse.SUPPRESS, choices=choices,
-                            metavar=None if choices else name.upper().replace("-", "_"), help=text)  # fmt: skip
+        parser.add_argument(
+            f"--{name}",
+            dest=f.name,
+            default=argparse.SUPPRESS,
+            choices=choices,
+            metavar=None if choices else name.upper().replace("-", "_"),
+            help=text,
+        )
     return parser
 
 
@@ -107,7 +137,11 @@ def parse_eval_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None)
             value = getattr(args, f.name)
             # Text fields go in as JSON strings (valid YAML), so a value such as `topk:2` stays text; numbers
             # go in as typed, so the strict loader checks them as it checks a recipe.
-            text = json.dumps(value) if isinstance(value, bool) or str in get_args(hints[f.name]) or hints[f.name] is str else value
+            text = (
+                json.dumps(value)
+                if isinstance(value, bool) or str in get_args(hints[f.name]) or hints[f.name] is str
+                else value
+            )
             flags.append(f"{f.name}={text}")
     try:
         return load_config(EvalArgs, args.config, [*args.overrides, *flags])

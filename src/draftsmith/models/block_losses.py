@@ -98,8 +98,9 @@ def block_slot_loss(
         while `recomputing()`.
     """
     K, V = draft_logits.shape[-2:]
-    per, alpha = token_objective(kind, draft_logits.reshape(-1, V), target_logits.reshape(-1, V),
-                                 labels.reshape(-1), kappa=kappa)  # fmt: skip
+    per, alpha = token_objective(
+        kind, draft_logits.reshape(-1, V), target_logits.reshape(-1, V), labels.reshape(-1), kappa=kappa
+    )
     per, alpha = per.view(labels.shape), alpha.view(labels.shape)
     w = valid.float()
     if dpace_alpha is not None:

@@ -144,7 +144,10 @@ def load_drafter(
     else:
         model = cls(settings, config["hidden_size"], config["draft_vocab_size"])
     state = read_drafter_weights(ckpt_dir, config)
-    missing, unexpected = sorted(set(model.state_dict()) - set(state)), sorted(set(state) - set(model.state_dict()))
+    missing, unexpected = (
+        sorted(set(model.state_dict()) - set(state)),
+        sorted(set(state) - set(model.state_dict())),
+    )
     if missing or unexpected:
         raise UserError(
             f"{Path(ckpt_dir) / WEIGHTS_NAME} does not hold the weights of the {config['kind']} drafter its "

@@ -183,7 +183,12 @@ def save_draft_lm(
         model.save_pretrained(tmp, state_dict=state_dict)
         target.tokenizer.save_pretrained(tmp)
         weights = sorted(p.name for p in tmp.glob("model*.safetensors"))
-        metadata = {"draftsmith_version": draftsmith_version(), "kind": "draft_lm", "target": target.identity(),
-                    "weights_sha256": record_hashes(tmp, weights), **(extra or {})}  # fmt: skip
+        metadata = {
+            "draftsmith_version": draftsmith_version(),
+            "kind": "draft_lm",
+            "target": target.identity(),
+            "weights_sha256": record_hashes(tmp, weights),
+            **(extra or {}),
+        }
         (tmp / METADATA_NAME).write_text(json.dumps(metadata, indent=2) + "\n")
     return out

@@ -61,6 +61,7 @@ class Family:
 
 _M, _E, _S = "draftsmith.models", "draftsmith.eval.drafters", "draftsmith.ship.layouts"
 
+
 def index(families: tuple[Family, ...]) -> dict[str, Family]:
     """Kind -> record; a kind registered twice raises ValueError."""
     out: dict[str, Family] = {}
@@ -74,70 +75,145 @@ def index(families: tuple[Family, ...]) -> dict[str, Family]:
 FAMILIES: dict[str, Family] = index(
     (
         Family(
-            kind="medusa", title="Medusa heads", tags=("medusa",),
-            module=f"{_M}.medusa:MedusaHeads", config=f"{_M}.medusa:MedusaConfig",
-            loss=f"{_M}.losses:medusa_loss", train_method="medusa", drafter=f"{_E}.medusa:MedusaDrafter",
-            layouts={"vllm": f"{_S}.medusa:medusa_vllm", "tgi": f"{_S}.medusa:medusa_tgi",
-                     "hf": f"{_S}.medusa:medusa_tgi"},
-            why_not={"sglang": "SGLang has no Medusa"}, served_target=f"{_M}.medusa2:merged_adapter",
+            kind="medusa",
+            title="Medusa heads",
+            tags=("medusa",),
+            module=f"{_M}.medusa:MedusaHeads",
+            config=f"{_M}.medusa:MedusaConfig",
+            loss=f"{_M}.losses:medusa_loss",
+            train_method="medusa",
+            drafter=f"{_E}.medusa:MedusaDrafter",
+            layouts={
+                "vllm": f"{_S}.medusa:medusa_vllm",
+                "tgi": f"{_S}.medusa:medusa_tgi",
+                "hf": f"{_S}.medusa:medusa_tgi",
+            },
+            why_not={"sglang": "SGLang has no Medusa"},
+            served_target=f"{_M}.medusa2:merged_adapter",
         ),
         Family(
-            kind="eagle", title="EAGLE-1 draft head", tags=("eagle",),
-            module=f"{_M}.eagle:Eagle1Draft", config=f"{_M}.eagle:EagleConfig",
-            loss=f"{_M}.losses:eagle1_chunk_loss", train_method="eagle", drafter=f"{_E}.eagle:EagleDrafter",
-            layouts={"vllm": f"{_S}.eagle:eagle1", "sglang": f"{_S}.eagle:eagle1", "hf": f"{_S}.eagle:eagle1"},
-            why_not={"tgi": "TGI has no EAGLE"}, feature_layers=True,
-        ),
-        Family(
-            kind="eagle3", title="EAGLE-3 draft head", tags=("eagle3", "eagle"),
-            module=f"{_M}.eagle3:Eagle3Draft", config=f"{_M}.eagle:EagleConfig",
-            loss=f"{_M}.losses:eagle3_step_loss", train_method="eagle", drafter=f"{_E}.eagle:EagleDrafter",
-            layouts={"vllm": f"{_S}.eagle:eagle3_speculators", "sglang": f"{_S}.eagle:eagle3_sglang",
-                     "hf": f"{_S}.eagle:eagle3_sglang"},
-            why_not={"tgi": "TGI has no EAGLE"}, feature_layers=True,
-        ),
-        Family(
-            kind="mtp", title="MTP modules", tags=("mtp",),
-            module=f"{_M}.mtp:MTPDraft", config=f"{_M}.mtp:MTPConfig",
-            loss=f"{_M}.losses:mtp_depth_loss", train_method="mtp", drafter=f"{_E}.mtp:MTPDrafter",
-            layouts={"vllm": f"{_S}.mtp:mtp_native", "sglang": f"{_S}.mtp:mtp_native", "hf": f"{_S}.mtp:mtp_native"},
-            why_not={"tgi": "TGI has no MTP"}, feature_layers=True,
-        ),
-        Family(
-            kind="draft_lm", title="distilled draft model", tags=("draft-model", "distillation"),
-            module=f"{_M}.draft_lm:build_draft_lm", config=f"{_M}.draft_lm:DraftLMConfig",
-            loss=f"{_M}.losses:distill_loss", train_method="distill", drafter=f"{_E}.draft_lm:LMDrafter",
-            layouts={"vllm": f"{_S}.draft_lm:draft_lm_hf", "sglang": f"{_S}.draft_lm:draft_lm_hf",
-                     "hf": f"{_S}.draft_lm:draft_lm_hf"},
-            why_not={"tgi": "TGI has no separate draft model"},
-        ),
-        Family(
-            kind="dflash", title="DFlash block drafter", tags=("dflash", "block-diffusion"),
-            module=f"{_M}.dflash:DFlashDraft", config=f"{_M}.dflash:DFlashConfig",
-            loss=f"{_M}.block_losses:block_slot_loss", train_method="dflash", drafter=f"{_E}.dflash:DFlashDrafter",
-            layouts={"vllm": f"{_S}.dflash:dflash_speculators", "sglang": f"{_S}.dflash:dflash_sglang",
-                     "hf": f"{_S}.dflash:dflash_sglang"},
-            why_not={"tgi": "TGI has no DFlash"}, feature_layers=True,
-        ),
-        Family(
-            kind="peagle", title="P-EAGLE parallel draft head", tags=("peagle", "eagle3", "eagle"),
-            module=f"{_M}.peagle:PEagleDraft", config=f"{_M}.peagle:PEagleConfig",
-            loss=f"{_M}.losses:eagle3_step_loss", train_method="peagle", drafter=f"{_E}.peagle:PEagleDrafter",
-            layouts={"vllm": f"{_S}.peagle:peagle_speculators", "hf": f"{_S}.peagle:peagle_speculators"},
-            why_not={"sglang": "SGLang has no parallel-drafting EAGLE (P-EAGLE is served by vLLM's eagle3 method "
-                               "with parallel_drafting)", "tgi": "TGI has no EAGLE"},
+            kind="eagle",
+            title="EAGLE-1 draft head",
+            tags=("eagle",),
+            module=f"{_M}.eagle:Eagle1Draft",
+            config=f"{_M}.eagle:EagleConfig",
+            loss=f"{_M}.losses:eagle1_chunk_loss",
+            train_method="eagle",
+            drafter=f"{_E}.eagle:EagleDrafter",
+            layouts={
+                "vllm": f"{_S}.eagle:eagle1",
+                "sglang": f"{_S}.eagle:eagle1",
+                "hf": f"{_S}.eagle:eagle1",
+            },
+            why_not={"tgi": "TGI has no EAGLE"},
             feature_layers=True,
         ),
         Family(
-            kind="ngram", title="n-gram prompt lookup", tags=("ngram",),
-            module=None, config=None, loss=None, train_method=None, drafter=f"{_E}.ngram:NgramDrafter",
-            why_not={"module": "prompt lookup has no weights", "config": "set by the evaluator's --ngram-* options",
-                     "loss": "nothing is trained", "train_method": "nothing is trained",
-                     **{e: "engines run prompt lookup themselves (vLLM / SGLang `ngram`, TGI `--speculate`)"
-                        for e in ENGINES}},
+            kind="eagle3",
+            title="EAGLE-3 draft head",
+            tags=("eagle3", "eagle"),
+            module=f"{_M}.eagle3:Eagle3Draft",
+            config=f"{_M}.eagle:EagleConfig",
+            loss=f"{_M}.losses:eagle3_step_loss",
+            train_method="eagle",
+            drafter=f"{_E}.eagle:EagleDrafter",
+            layouts={
+                "vllm": f"{_S}.eagle:eagle3_speculators",
+                "sglang": f"{_S}.eagle:eagle3_sglang",
+                "hf": f"{_S}.eagle:eagle3_sglang",
+            },
+            why_not={"tgi": "TGI has no EAGLE"},
+            feature_layers=True,
+        ),
+        Family(
+            kind="mtp",
+            title="MTP modules",
+            tags=("mtp",),
+            module=f"{_M}.mtp:MTPDraft",
+            config=f"{_M}.mtp:MTPConfig",
+            loss=f"{_M}.losses:mtp_depth_loss",
+            train_method="mtp",
+            drafter=f"{_E}.mtp:MTPDrafter",
+            layouts={
+                "vllm": f"{_S}.mtp:mtp_native",
+                "sglang": f"{_S}.mtp:mtp_native",
+                "hf": f"{_S}.mtp:mtp_native",
+            },
+            why_not={"tgi": "TGI has no MTP"},
+            feature_layers=True,
+        ),
+        Family(
+            kind="draft_lm",
+            title="distilled draft model",
+            tags=("draft-model", "distillation"),
+            module=f"{_M}.draft_lm:build_draft_lm",
+            config=f"{_M}.draft_lm:DraftLMConfig",
+            loss=f"{_M}.losses:distill_loss",
+            train_method="distill",
+            drafter=f"{_E}.draft_lm:LMDrafter",
+            layouts={
+                "vllm": f"{_S}.draft_lm:draft_lm_hf",
+                "sglang": f"{_S}.draft_lm:draft_lm_hf",
+                "hf": f"{_S}.draft_lm:draft_lm_hf",
+            },
+            why_not={"tgi": "TGI has no separate draft model"},
+        ),
+        Family(
+            kind="dflash",
+            title="DFlash block drafter",
+            tags=("dflash", "block-diffusion"),
+            module=f"{_M}.dflash:DFlashDraft",
+            config=f"{_M}.dflash:DFlashConfig",
+            loss=f"{_M}.block_losses:block_slot_loss",
+            train_method="dflash",
+            drafter=f"{_E}.dflash:DFlashDrafter",
+            layouts={
+                "vllm": f"{_S}.dflash:dflash_speculators",
+                "sglang": f"{_S}.dflash:dflash_sglang",
+                "hf": f"{_S}.dflash:dflash_sglang",
+            },
+            why_not={"tgi": "TGI has no DFlash"},
+            feature_layers=True,
+        ),
+        Family(
+            kind="peagle",
+            title="P-EAGLE parallel draft head",
+            tags=("peagle", "eagle3", "eagle"),
+            module=f"{_M}.peagle:PEagleDraft",
+            config=f"{_M}.peagle:PEagleConfig",
+            loss=f"{_M}.losses:eagle3_step_loss",
+            train_method="peagle",
+            drafter=f"{_E}.peagle:PEagleDrafter",
+            layouts={"vllm": f"{_S}.peagle:peagle_speculators", "hf": f"{_S}.peagle:peagle_speculators"},
+            why_not={
+                "sglang": "SGLang has no parallel-drafting EAGLE (P-EAGLE is served by vLLM's eagle3 method "
+                "with parallel_drafting)",
+                "tgi": "TGI has no EAGLE",
+            },
+            feature_layers=True,
+        ),
+        Family(
+            kind="ngram",
+            title="n-gram prompt lookup",
+            tags=("ngram",),
+            module=None,
+            config=None,
+            loss=None,
+            train_method=None,
+            drafter=f"{_E}.ngram:NgramDrafter",
+            why_not={
+                "module": "prompt lookup has no weights",
+                "config": "set by the evaluator's --ngram-* options",
+                "loss": "nothing is trained",
+                "train_method": "nothing is trained",
+                **{
+                    e: "engines run prompt lookup themselves (vLLM / SGLang `ngram`, TGI `--speculate`)"
+                    for e in ENGINES
+                },
+            },
         ),
     )
-)  # fmt: skip
+)
 
 
 def family(kind: str) -> Family:

@@ -126,9 +126,12 @@ def soft_cross_entropy(target_probs: torch.Tensor, draft_logits: torch.Tensor) -
 
 
 def eagle1_loss(
-    predicted: torch.Tensor, features: torch.Tensor, predicted_logits: torch.Tensor, target_logits: torch.Tensor,
+    predicted: torch.Tensor,
+    features: torch.Tensor,
+    predicted_logits: torch.Tensor,
+    target_logits: torch.Tensor,
     loss_mask: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """EAGLE-1 losses (ALGORITHMS.md 3.3), as sums over the masked columns.
 
     Args:
@@ -145,9 +148,12 @@ def eagle1_loss(
         argmax(q) == argmax(p) (the same value in both slots, so each term reports it).
     """
     return eagle1_chunk_loss(
-        predicted, shift_columns(features, 1), predicted_logits, shift_columns(target_logits, 1),
+        predicted,
+        shift_columns(features, 1),
+        predicted_logits,
+        shift_columns(target_logits, 1),
         eagle1_mask(loss_mask),
-    )  # fmt: skip
+    )
 
 
 def eagle1_mask(loss_mask: torch.Tensor) -> torch.Tensor:
@@ -201,9 +207,12 @@ def eagle1_regression(predicted: torch.Tensor, next_features: torch.Tensor) -> t
 
 
 def eagle3_step_loss(
-    draft_logits: torch.Tensor, target_logits: torch.Tensor, loss_mask: torch.Tensor, t2d: torch.Tensor,
+    draft_logits: torch.Tensor,
+    target_logits: torch.Tensor,
+    loss_mask: torch.Tensor,
+    t2d: torch.Tensor,
     weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """One EAGLE-3 TTT step (ALGORITHMS.md 5.2 and 13), as sums.
 
     Args:
@@ -365,9 +374,12 @@ def distill_loss(
 
 
 def mtp_depth_loss(
-    logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, greedy: torch.Tensor,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    greedy: torch.Tensor,
     weights: torch.Tensor | None = None,
-) -> ChunkResult:  # fmt: skip
+) -> ChunkResult:
     """One MTP depth's cross-entropy on the data's tokens (ALGORITHMS.md 7.1), as sums.
 
     Args:
@@ -398,4 +410,6 @@ def mtp_hits(
         return zero, zero
     with torch.no_grad():
         best = logits[mask].argmax(-1)
-        return (best == labels[mask]).sum().float().reshape(1), (best == greedy[mask]).sum().float().reshape(1)
+        return (best == labels[mask]).sum().float().reshape(1), (best == greedy[mask]).sum().float().reshape(
+            1
+        )

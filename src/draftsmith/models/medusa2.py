@@ -71,9 +71,12 @@ class Medusa2Model(nn.Module):
         from peft import LoraConfig, get_peft_model
 
         lora = LoraConfig(
-            r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-            target_modules=list(config.lora_target_modules), bias="none",
-        )  # fmt: skip
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=list(config.lora_target_modules),
+            bias="none",
+        )
         self.backbone = get_peft_model(target_model, lora)
         self.heads = heads
 

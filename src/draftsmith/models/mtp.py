@@ -118,9 +118,11 @@ class MTPModule(nn.Module):
     ) -> torch.Tensor:
         x = self.eh_proj(torch.cat([self.enorm(embeds), self.hnorm(hidden)], dim=-1))
         out = self.block(
-            x, attention_mask=mask, position_ids=position_ids,
+            x,
+            attention_mask=mask,
+            position_ids=position_ids,
             position_embeddings=self.rotary_emb(x, position_ids),
-        )  # fmt: skip
+        )
         return out[0] if isinstance(out, tuple) else out
 
 
@@ -198,9 +200,11 @@ def nextn_state_dict(draft: MTPDraft) -> dict[str, torch.Tensor]:
     """The DeepSeek nextn layout of `draft` (attached to its target), with the shared tensors copied in."""
     parts = draft._parts()
     return nextn_tensors(
-        draft.state_dict(), int(draft.target_config.num_hidden_layers),
-        shared_weight(parts, "embed_tokens"), shared_weight(parts, "lm_head"),
-    )  # fmt: skip
+        draft.state_dict(),
+        int(draft.target_config.num_hidden_layers),
+        shared_weight(parts, "embed_tokens"),
+        shared_weight(parts, "lm_head"),
+    )
 
 
 def load_nextn_state_dict(draft: MTPDraft, state: dict[str, torch.Tensor]) -> None:

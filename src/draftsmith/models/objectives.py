@@ -151,9 +151,13 @@ def _logsumexp(x: torch.Tensor, vocab_chunk: int) -> torch.Tensor:
 
 
 def _slice_terms(
-    t_slice: torch.Tensor, d_slice: torch.Tensor, lse_t: torch.Tensor, lse_d: torch.Tensor, with_kl: bool,
+    t_slice: torch.Tensor,
+    d_slice: torch.Tensor,
+    lse_t: torch.Tensor,
+    lse_d: torch.Tensor,
+    with_kl: bool,
     alpha_grad: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One vocabulary slice `[N, C]`: its contributions `[N]` to KL(p || q) (0 unless `with_kl`) and to
     alpha = sum_v min(p, q) (without gradient unless `alpha_grad`)."""
     log_p = t_slice.float() - lse_t[:, None]
@@ -167,9 +171,13 @@ def _slice_terms(
 
 
 def _kl_and_alpha(
-    target: torch.Tensor, draft: torch.Tensor, lse_d: torch.Tensor, with_kl: bool, alpha_grad: bool,
+    target: torch.Tensor,
+    draft: torch.Tensor,
+    lse_d: torch.Tensor,
+    with_kl: bool,
+    alpha_grad: bool,
     vocab_chunk: int,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor]:
     lse_t = _logsumexp(target, vocab_chunk)
     kl = lse_d.new_zeros(draft.shape[0], dtype=torch.float32)
     alpha = torch.zeros_like(kl)
@@ -281,10 +289,13 @@ def masked_objective(
     """
     vd = draft_logits.shape[-1]
     loss, alpha = token_objective(
-        kind, draft_logits.reshape(-1, vd),
+        kind,
+        draft_logits.reshape(-1, vd),
         None if target_logits is None else target_logits.reshape(-1, vd),
-        None if labels is None else labels.reshape(-1), kappa=kappa, vocab_chunk=vocab_chunk,
-    )  # fmt: skip
+        None if labels is None else labels.reshape(-1),
+        kappa=kappa,
+        vocab_chunk=vocab_chunk,
+    )
     return (loss * weights.reshape(-1)).sum().reshape(1), (alpha * mask.reshape(-1)).sum().reshape(1)
 
 

@@ -43,7 +43,8 @@ class PEagleConfig:
     """P-EAGLE hyper-parameters (the `draft:` section of recipes/peagle/*.yaml)."""
 
     feature_layers: list[int] | None = field(
-        default=None, metadata={"help": "Canonical ids of the 3 pre-norm target layers (default 2, L//2, L-3)."}
+        default=None,
+        metadata={"help": "Canonical ids of the 3 pre-norm target layers (default 2, L//2, L-3)."},
     )
     draft_vocab_size: int = field(
         default=0, metadata={"help": "Draft vocabulary (most frequent assistant tokens); 0 = the target's."}
@@ -56,15 +57,20 @@ class PEagleConfig:
         default="llama", metadata={"help": "Draft layers: llama, or speculators' qwen3 layer (q/k norms)."}
     )
     num_layers: int = field(
-        default=4, metadata={"help": "N decoder layers: the EAGLE-3 fused layer, then N-1 Llama layers (peers: 4)."}
+        default=4,
+        metadata={"help": "N decoder layers: the EAGLE-3 fused layer, then N-1 Llama layers (peers: 4)."},
     )
     num_depths: int = field(
-        default=8, metadata={"help": "D depths trained in parallel = the most tokens one pass drafts (peers: 8)."}
+        default=8,
+        metadata={"help": "D depths trained in parallel = the most tokens one pass drafts (peers: 8)."},
     )
     cod_ratio: float = field(
-        default=0.8, metadata={"help": "COD sampling: depth d keeps a share max(r^d, r_min) of the trained columns."}
+        default=0.8,
+        metadata={"help": "COD sampling: depth d keeps a share max(r^d, r_min) of the trained columns."},
     )
-    cod_min_ratio: float = field(default=0.2, metadata={"help": "COD sampling: the floor r_min of that share."})
+    cod_min_ratio: float = field(
+        default=0.2, metadata={"help": "COD sampling: the floor r_min of that share."}
+    )
     mask_token_id: int | None = field(
         default=None,
         metadata={
@@ -74,12 +80,16 @@ class PEagleConfig:
     )
     mask_embedding: MaskEmbedding = field(
         default="auto",
-        metadata={"help": "learned / frozen mask embedding; auto = learned unless the mask id is an ordinary token."},
+        metadata={
+            "help": "learned / frozen mask embedding; auto = learned unless the mask id is an ordinary token."
+        },
     )
 
     def __post_init__(self) -> None:
         if self.feature_layers is not None and len(self.feature_layers) != 3:
-            raise ValueError(f"draft.feature_layers needs 3 layer ids (low, mid, high), got {self.feature_layers}")
+            raise ValueError(
+                f"draft.feature_layers needs 3 layer ids (low, mid, high), got {self.feature_layers}"
+            )
         if self.num_layers < 1:
             raise ValueError(f"draft.num_layers must be >= 1 (layer 0 is EAGLE-3's), got {self.num_layers}")
         if self.num_depths < 1:
@@ -90,12 +100,18 @@ class PEagleConfig:
                 f"{self.cod_min_ratio}"
             )
         if self.draft_vocab_size < 0:
-            raise ValueError(f"draft.draft_vocab_size must be >= 0 (0 = full vocabulary), got {self.draft_vocab_size}")
+            raise ValueError(
+                f"draft.draft_vocab_size must be >= 0 (0 = full vocabulary), got {self.draft_vocab_size}"
+            )
         if self.layer not in ("llama", "qwen3") or self.head_init not in ("random", "target"):
-            raise ValueError(f"draft.layer must be llama|qwen3 and draft.head_init random|target, got "
-                             f"{self.layer!r}, {self.head_init!r}")  # fmt: skip
+            raise ValueError(
+                f"draft.layer must be llama|qwen3 and draft.head_init random|target, got "
+                f"{self.layer!r}, {self.head_init!r}"
+            )
         if self.mask_embedding not in ("auto", "learned", "frozen"):
-            raise ValueError(f"draft.mask_embedding must be auto, learned or frozen, got {self.mask_embedding!r}")
+            raise ValueError(
+                f"draft.mask_embedding must be auto, learned or frozen, got {self.mask_embedding!r}"
+            )
 
 
 def pick_mask_token(tokenizer: Any, embedding_rows: int, explicit: int | None = None) -> tuple[int, bool]:
@@ -105,7 +121,9 @@ def pick_mask_token(tokenizer: Any, embedding_rows: int, explicit: int | None = 
     special = getattr(tokenizer, "mask_token_id", None)
     if explicit is not None:
         if not 0 <= explicit < embedding_rows:
-            raise ValueError(f"draft.mask_token_id={explicit} is not a row of the {embedding_rows}-row embedding")
+            raise ValueError(
+                f"draft.mask_token_id={explicit} is not a row of the {embedding_rows}-row embedding"
+            )
         return explicit, explicit == special or explicit >= len(tokenizer)
     if isinstance(special, int) and 0 <= special < embedding_rows:
         return special, True
@@ -150,7 +168,11 @@ def cod_sample(
         n = min(int((M - d) * max(ratio**d, min_ratio)), cand.numel())
         if n <= 0:
             break
-        pick = cand if n == cand.numel() else cand[torch.randperm(cand.numel(), generator=generator)[:n]].sort().values
+        pick = (
+            cand
+            if n == cand.numel()
+            else cand[torch.randperm(cand.numel(), generator=generator)[:n]].sort().values
+        )
         anchors.append(pick - d)
         depths.append(torch.full((n,), d, dtype=torch.long))
         chance *= n / cand.numel()
@@ -183,7 +205,9 @@ class InputNormLayer(DraftLayer):
         self.self_attn.layer_idx = layer_idx  # its own slot in a shared cache
         self.input_layernorm = self.norm()
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, mask: Any, cache: Any = None) -> torch.Tensor:  # type: ignore[override]
+    def forward(
+        self, x: torch.Tensor, position_ids: torch.Tensor, mask: Any, cache: Any = None
+    ) -> torch.Tensor:  # type: ignore[override]
         return super().forward(x, self.input_layernorm(x), position_ids, mask, cache)
 
 
@@ -211,7 +235,9 @@ class PEagleDraft(DrafterOnTarget):
     def __init__(self, config: PEagleConfig, target_config: Any, draft_vocab_size: int):
         super().__init__()
         if config.mask_token_id is None or config.mask_embedding == "auto":
-            raise ValueError("PEagleDraft needs a resolved draft.mask_token_id and mask_embedding (pick_mask_token)")
+            raise ValueError(
+                "PEagleDraft needs a resolved draft.mask_token_id and mask_embedding (pick_mask_token)"
+            )
         self.config, self.target_config = config, target_config
         H = self.hidden_size = int(target_config.hidden_size)
         self.vocab_size = int(target_config.vocab_size)
@@ -220,8 +246,14 @@ class PEagleDraft(DrafterOnTarget):
         self.feature_layers = tuple(int(i) for i in layers)
         self.fc = nn.Linear(3 * H, H, bias=False)
         self.layer = DraftLayer(target_config, attn_in_features=2 * H, layer=config.layer)
-        self.later = nn.ModuleList(InputNormLayer(target_config, config.layer, i) for i in range(1, config.num_layers))
-        self.norm_in, self.norm_hidden, self.norm_final = self.layer.norm(), self.layer.norm(), self.layer.norm()
+        self.later = nn.ModuleList(
+            InputNormLayer(target_config, config.layer, i) for i in range(1, config.num_layers)
+        )
+        self.norm_in, self.norm_hidden, self.norm_final = (
+            self.layer.norm(),
+            self.layer.norm(),
+            self.layer.norm(),
+        )
         self.lm_head_d = nn.Linear(H, draft_vocab_size, bias=False)
         self.mask_hidden = nn.Parameter(torch.randn(3 * H))  # N(0, 1) as the peers
         learned = config.mask_embedding == "learned"
@@ -245,8 +277,14 @@ class PEagleDraft(DrafterOnTarget):
         """fc(mask_hidden) `[H]`: the hidden input of every mask row."""
         return self.fc(self.mask_hidden.to(self.fc.weight.dtype))
 
-    def run(self, hidden: torch.Tensor, emb: torch.Tensor, position_ids: torch.Tensor, mask: Any,
-            cache: Any = None) -> torch.Tensor:  # fmt: skip
+    def run(
+        self,
+        hidden: torch.Tensor,
+        emb: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: Any,
+        cache: Any = None,
+    ) -> torch.Tensor:
         """The N layers on rows with their (post-fc) hidden inputs and embeddings `[B, N, H]` -> outputs `[B, N, H]`."""
         u = torch.cat([self.norm_in(emb), self.norm_hidden(hidden)], dim=-1)
         x = self.layer(hidden, u, position_ids, mask, cache)
@@ -255,9 +293,13 @@ class PEagleDraft(DrafterOnTarget):
         return x
 
     def forward(
-        self, features: torch.Tensor, input_ids: torch.Tensor, anchors: torch.Tensor, depths: torch.Tensor,
+        self,
+        features: torch.Tensor,
+        input_ids: torch.Tensor,
+        anchors: torch.Tensor,
+        depths: torch.Tensor,
         valid: torch.Tensor,
-    ) -> torch.Tensor:  # fmt: skip
+    ) -> torch.Tensor:
         """The training forward: one pass over every item, before the head.
 
         Args:

@@ -86,7 +86,9 @@ class FrozenTarget:
         self.head = TargetHead(self.model.get_output_embeddings(), text_config)
         norm = getattr(self.decoder.norm, "weight", None)
         # Before any sharding (FSDP / ZeRO-3 later split these weights across ranks).
-        self.weights_sha256 = weights_fingerprint(self.head.weight, norm if isinstance(norm, torch.Tensor) else None)
+        self.weights_sha256 = weights_fingerprint(
+            self.head.weight, norm if isinstance(norm, torch.Tensor) else None
+        )
         self.embedding = PlainEmbedding(self.model.get_input_embeddings())
         if self.has_layers:
             self.check_exact()

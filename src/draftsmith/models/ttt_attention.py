@@ -60,7 +60,9 @@ def ttt_attention(
     steps = total // T
     k0, v0 = key[:, :, :T], value[:, :, :T]
     if steps == 1:
-        return F.scaled_dot_product_attention(query, k0, v0, is_causal=True, scale=scaling, enable_gqa=h != hk)
+        return F.scaled_dot_product_attention(
+            query, k0, v0, is_causal=True, scale=scaling, enable_gqa=h != hk
+        )
     group = h // hk
     per_head = (lambda x: x.repeat_interleave(group, dim=1)) if group > 1 else (lambda x: x)
     # Scores the sink must not exceed by much: the query's own step-0 key and its diagonal keys.

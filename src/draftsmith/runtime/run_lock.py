@@ -85,7 +85,9 @@ class RunLock:
                 f.write(json.dumps(info) + "\n")
             self._held = True
             return self
-        raise DirectoryBusy(f"could not lock {self.directory}: {self.path} keeps reappearing; another writer is starting")
+        raise DirectoryBusy(
+            f"could not lock {self.directory}: {self.path} keeps reappearing; another writer is starting"
+        )
 
     def _take_over_if_stale(self) -> None:
         try:
@@ -106,7 +108,9 @@ class RunLock:
                 f"{self.directory} holds an unreadable lock file {self.path}; if no draftsmith process writes "
                 "there, delete that file and retry"
             )
-        where = "" if host == socket.gethostname() else f" (on another host: if it is gone, delete {self.path})"
+        where = (
+            "" if host == socket.gethostname() else f" (on another host: if it is gone, delete {self.path})"
+        )
         raise DirectoryBusy(
             f"{self.directory} is in use by {holder.get('purpose', 'another writer')}, {_describe(holder)}{where}; "
             "wait for it to finish or choose another directory"

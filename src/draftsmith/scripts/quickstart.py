@@ -77,9 +77,16 @@ def compare_drafters(target_dir: Path, medusa_dir: Path, num_prompts: int) -> No
         ("ngram", "topk:3"),
     ]:
         eval_args = EvalArgs(
-            target=str(target_dir), drafter=drafter, data="stdlib:heldout", num_prompts=num_prompts,
-            max_new_tokens=96, depth=3, tree=tree, check_lossless=True, progress=False,
-        )  # fmt: skip
+            target=str(target_dir),
+            drafter=drafter,
+            data="stdlib:heldout",
+            num_prompts=num_prompts,
+            max_new_tokens=96,
+            depth=3,
+            tree=tree,
+            check_lossless=True,
+            progress=False,
+        )
         report = evaluate(eval_args, target, load_drafter_spec(drafter, target))
         if drafter == str(medusa_dir) and tree == "chain":
             write_json(report, medusa_dir / "eval.json")

@@ -49,16 +49,26 @@ def engine_side(export_dir: str, inputs_file: str, tolerance: float) -> dict[str
         model.embed_tokens.weight.copy_(data["embedding"])
     ids, features = data["input_ids"], data["features"]
     T = ids.shape[0]
-    sample = {"hidden_states": features, "input_ids": ids, "loss_mask": torch.ones(T, dtype=torch.long),
-              "verifier_last_hidden_states": torch.zeros(T, model.hidden_size),
-              "lengths": torch.tensor([T]), "position_ids": torch.arange(T)}  # fmt: skip
+    sample = {
+        "hidden_states": features,
+        "input_ids": ids,
+        "loss_mask": torch.ones(T, dtype=torch.long),
+        "verifier_last_hidden_states": torch.zeros(T, model.hidden_size),
+        "lengths": torch.tensor([T]),
+        "position_ids": torch.arange(T),
+    }
     batch = CollateFn(T - 1, model.hidden_size, 3, torch.float32, shift_batch)([sample])
     steps = data["expected"].shape[0]
     logits: list[torch.Tensor] = []
     hook = model.lm_head.register_forward_hook(lambda m, i, o: logits.append(o.detach().float()))
     with torch.no_grad():
-        model(hidden_states=batch["hidden_states"], input_ids=batch["input_ids"],
-              document_ids=batch["document_ids"], position_ids=batch["position_ids"], ttt_steps=steps)  # fmt: skip
+        model(
+            hidden_states=batch["hidden_states"],
+            input_ids=batch["input_ids"],
+            document_ids=batch["document_ids"],
+            position_ids=batch["position_ids"],
+            ttt_steps=steps,
+        )
     hook.remove()
     per_step = []
     for s in range(steps):
@@ -68,11 +78,18 @@ def engine_side(export_dir: str, inputs_file: str, tolerance: float) -> dict[str
     from importlib.metadata import version
 
     worst = max(per_step)
-    return {"engine": "speculators", "speculators_version": version("speculators"),
-            "transformers_version": version("transformers"), "steps": steps, "tokens": T,
-            "d2t_equal": bool(torch.equal(model.d2t.cpu().long(), data["d2t"])),
-            "per_step": per_step, "max_abs_diff": worst, "tolerance": tolerance,
-            "ok": worst <= tolerance and bool(torch.equal(model.d2t.cpu().long(), data["d2t"]))}  # fmt: skip
+    return {
+        "engine": "speculators",
+        "speculators_version": version("speculators"),
+        "transformers_version": version("transformers"),
+        "steps": steps,
+        "tokens": T,
+        "d2t_equal": bool(torch.equal(model.d2t.cpu().long(), data["d2t"])),
+        "per_step": per_step,
+        "max_abs_diff": worst,
+        "tolerance": tolerance,
+        "ok": worst <= tolerance and bool(torch.equal(model.d2t.cpu().long(), data["d2t"])),
+    }
 
 
 def sample_ids(tokenizer: Any, tokens: int) -> Any:
@@ -107,25 +124,47 @@ def prepare_inputs(checkpoint: str, target_path: str | None, tokens: int, out_fi
         steps = draft.unroll(g, ids)
     T = ids.shape[1]
     expected = torch.stack([s[0, : T - 1] for s in steps]).float().contiguous()
-    save_file({"input_ids": ids[0].contiguous(), "features": g[0].float().contiguous(), "expected": expected,
-               "embedding": target.embed_tokens.weight.detach().float().contiguous(),
-               "d2t": draft.d2t.long().contiguous()}, str(out_file))  # fmt: skip
+    save_file(
+        {
+            "input_ids": ids[0].contiguous(),
+            "features": g[0].float().contiguous(),
+            "expected": expected,
+            "embedding": target.embed_tokens.weight.detach().float().contiguous(),
+            "d2t": draft.d2t.long().contiguous(),
+        },
+        str(out_file),
+    )
     return {"tokens": T, "steps": len(steps)}
 
 
 def run_closed_loop(
-    checkpoint: str, export_dir: str, engine_python: str, target: str | None = None, tokens: int = 48,
+    checkpoint: str,
+    export_dir: str,
+    engine_python: str,
+    target: str | None = None,
+    tokens: int = 48,
     tolerance: float = TOLERANCE,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Both sides; returns the engine side's report."""
     with tempfile.TemporaryDirectory() as tmp:
         inputs = Path(tmp) / "inputs.safetensors"
         prepare_inputs(checkpoint, target, tokens, inputs)
         proc = subprocess.run(
-            [engine_python, str(Path(__file__).resolve()), "engine", "--export", export_dir, "--inputs", str(inputs),
-             "--tolerance", str(tolerance)],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            [
+                engine_python,
+                str(Path(__file__).resolve()),
+                "engine",
+                "--export",
+                export_dir,
+                "--inputs",
+                str(inputs),
+                "--tolerance",
+                str(tolerance),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         raise RuntimeError(f"the engine side failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -144,9 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report))
         return 0 if report["ok"] else 1
     p = argparse.ArgumentParser(
-        prog="python -m draftsmith.ship.check_engine_load", description=__doc__,
+        prog="python -m draftsmith.ship.check_engine_load",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     p.add_argument("--checkpoint", required=True, help="the draftsmith EAGLE-3 checkpoint that was exported")
     p.add_argument("--export", required=True, help="its `draftsmith export --to vllm` directory")
     p.add_argument(

@@ -47,7 +47,9 @@ def layout_for(kind: str, engine: str) -> Layout:
         options = sorted(e for e in ENGINES if record.serves(e))
         if not options:
             raise ExportError(f"drafter kind {kind!r} has no engine export ({record.why_not.get(engine)})")
-        raise ExportError(f"{engine} does not serve {kind} drafters; export {kind} with --to {' | '.join(options)}")
+        raise ExportError(
+            f"{engine} does not serve {kind} drafters; export {kind} with --to {' | '.join(options)}"
+        )
     layout: Layout = record.resolve(f"layout:{engine}")
     return layout
 
@@ -58,12 +60,24 @@ def read_source(ckpt: str | Path) -> dict[str, Any]:
     if (path / METADATA_NAME).is_file():  # a distilled draft LM: a transformers directory + draftsmith.json
         meta = read_json(path / METADATA_NAME)
         verify_hashes(path, meta.get("weights_sha256"), str(path / METADATA_NAME))
-        return {"dir": path, "kind": "draft_lm", "config": meta, "state": read_draft_lm_state(path),
-                "target": meta["target"], "target_name": meta["target"]["name_or_path"]}  # fmt: skip
+        return {
+            "dir": path,
+            "kind": "draft_lm",
+            "config": meta,
+            "state": read_draft_lm_state(path),
+            "target": meta["target"],
+            "target_name": meta["target"]["name_or_path"],
+        }
     config = read_drafter_config(path)
     state = read_drafter_weights(path, config)
-    return {"dir": path, "kind": config["kind"], "config": config, "state": state, "target": config["target"],
-            "target_name": config["target"]["name_or_path"]}  # fmt: skip
+    return {
+        "dir": path,
+        "kind": config["kind"],
+        "config": config,
+        "state": state,
+        "target": config["target"],
+        "target_name": config["target"]["name_or_path"],
+    }
 
 
 def check_target(source: dict[str, Any], target: TargetInfo) -> None:
@@ -80,8 +94,12 @@ def check_target(source: dict[str, Any], target: TargetInfo) -> None:
         k: (saved.get(k), v) for k, v in actual.items() if saved.get(k) not in (None, v)
     }
     if not wrong and (saved.get("tokenizer_sha256") or saved.get("weights_sha256")):
-        hashes = target.identity_hashes()  # a model of the same shapes (a fine-tune, another tokenizer) differs here
-        wrong = {k: (saved.get(k), v) for k, v in hashes.items() if v is not None and saved.get(k) not in (None, v)}
+        hashes = (
+            target.identity_hashes()
+        )  # a model of the same shapes (a fine-tune, another tokenizer) differs here
+        wrong = {
+            k: (saved.get(k), v) for k, v in hashes.items() if v is not None and saved.get(k) not in (None, v)
+        }
     if wrong:
         raise ExportError(
             "the drafter was trained for another target: "

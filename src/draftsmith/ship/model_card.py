@@ -40,13 +40,18 @@ def depth_table(reports: list[dict[str, Any]]) -> list[str]:
     depth = max((len(r.get("acceptance_by_depth") or []) for r in reports), default=0)
     if depth == 0:
         return []
-    rows = ["| data | T | " + " | ".join(f"depth {k}" for k in range(1, depth + 1)) + " |",
-            "|---|---|" + "---|" * depth]  # fmt: skip
+    rows = [
+        "| data | T | " + " | ".join(f"depth {k}" for k in range(1, depth + 1)) + " |",
+        "|---|---|" + "---|" * depth,
+    ]
     for r in reports:
         s = r.get("settings", {})
         acc = list(r.get("acceptance_by_depth") or []) + [None] * depth
-        rows.append(f"| {s.get('data', '-')} | {_fmt(s.get('temperature'), 1)} | "
-                    + " | ".join(_fmt(a) for a in acc[:depth]) + " |")  # fmt: skip
+        rows.append(
+            f"| {s.get('data', '-')} | {_fmt(s.get('temperature'), 1)} | "
+            + " | ".join(_fmt(a) for a in acc[:depth])
+            + " |"
+        )
     return rows
 
 
@@ -70,9 +75,12 @@ def _run_recipe(ckpt_dir: Path) -> dict[str, Any] | None:
 
 
 def render_card(
-    repo: str, source: dict[str, Any], reports: list[dict[str, Any]], exports: dict[str, dict[str, Any]],
+    repo: str,
+    source: dict[str, Any],
+    reports: list[dict[str, Any]],
+    exports: dict[str, dict[str, Any]],
     license_id: str,
-) -> str:  # fmt: skip
+) -> str:
     """README.md for `repo` (see the module docstring)."""
     kind = source["kind"]
     record = family(kind)
@@ -91,15 +99,21 @@ def render_card(
     out = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", ""]
     out += [f"# {repo.split('/')[-1]}", ""]
     title = record.title
-    out += [f"{'An' if title[0] in 'AEIOU' else 'A'} {title} for **{base}**, trained and measured with "
-            f"draftsmith {config.get('draftsmith_version', '')}. It drafts tokens that the "
-            "target verifies: outputs are the target's own (lossless at every temperature).", ""]  # fmt: skip
+    out += [
+        f"{'An' if title[0] in 'AEIOU' else 'A'} {title} for **{base}**, trained and measured with "
+        f"draftsmith {config.get('draftsmith_version', '')}. It drafts tokens that the "
+        "target verifies: outputs are the target's own (lossless at every temperature).",
+        "",
+    ]
     out += ["## Measured acceptance", ""]
     if reports:
-        out += ["Real speculative decoding against the target on held-out prompts (`draftsmith eval`). tau = "
-                "tokens committed per target forward, bonus token included; alpha = accepted / proposed draft "
-                "tokens; speedup = tokens/s against plain decoding of the same prompts on the machine named "
-                "below (a CPU figure says nothing about GPU serving).", ""]  # fmt: skip
+        out += [
+            "Real speculative decoding against the target on held-out prompts (`draftsmith eval`). tau = "
+            "tokens committed per target forward, bonus token included; alpha = accepted / proposed draft "
+            "tokens; speedup = tokens/s against plain decoding of the same prompts on the machine named "
+            "below (a CPU figure says nothing about GPU serving).",
+            "",
+        ]
         out += tau_table(reports) + [""]
         table = depth_table(reports)
         if table:
@@ -112,9 +126,12 @@ def render_card(
     else:
         out += ["**Not measured.** This drafter was pushed without an acceptance report.", ""]
     out += ["## Drafter", ""]
-    out += [f"- kind: `{kind}`", f"- target: `{base}` (revision {target.get('revision') or 'not pinned'}; "
-            f"vocabulary {target.get('vocab_size')}, hidden size {target.get('hidden_size')}, "
-            f"{target.get('num_layers')} layers; tokenizer sha256 `{str(target.get('tokenizer_sha256'))[:16]}…`)"]  # fmt: skip
+    out += [
+        f"- kind: `{kind}`",
+        f"- target: `{base}` (revision {target.get('revision') or 'not pinned'}; "
+        f"vocabulary {target.get('vocab_size')}, hidden size {target.get('hidden_size')}, "
+        f"{target.get('num_layers')} layers; tokenizer sha256 `{str(target.get('tokenizer_sha256'))[:16]}…`)",
+    ]
     if config.get("feature_layers") and record.feature_layers:
         out.append(f"- target features read (draftsmith canonical ids): {config['feature_layers']}")
     if config.get("draft_vocab_size") and kind == "eagle3":
@@ -134,8 +151,16 @@ def render_card(
         if recipe:
             data = recipe.get("data", {})
             out.append(f"- training data: {data.get('train', '-')}; held out: {data.get('eval', '-')}")
-            out += ["", "<details><summary>Resolved recipe</summary>", "", "```yaml",
-                    yaml.safe_dump(recipe, sort_keys=False).strip(), "```", "", "</details>"]  # fmt: skip
+            out += [
+                "",
+                "<details><summary>Resolved recipe</summary>",
+                "",
+                "```yaml",
+                yaml.safe_dump(recipe, sort_keys=False).strip(),
+                "```",
+                "",
+                "</details>",
+            ]
         else:
             out.append("- recipe: not recorded in this checkpoint")
     else:
@@ -151,7 +176,13 @@ def render_card(
         out += [cmd.replace("{dir}", where) for cmd in info.get("serve", [])]
         out += ["```", ""] + [f"- {note}" for note in info.get("notes", [])]
         out += [""] if info.get("notes") else []
-    out += ["Measure it again on your own prompts before deploying (exit status 3 when it fails the gate):", "",
-            "```bash", f"draftsmith eval --target {base} --drafter {repo} --data YOUR_PROMPTS.jsonl --report new.json",
-            "draftsmith gate --report new.json --baseline eval.json --min-tau 1.5", "```", ""]  # fmt: skip
+    out += [
+        "Measure it again on your own prompts before deploying (exit status 3 when it fails the gate):",
+        "",
+        "```bash",
+        f"draftsmith eval --target {base} --drafter {repo} --data YOUR_PROMPTS.jsonl --report new.json",
+        "draftsmith gate --report new.json --baseline eval.json --min-tau 1.5",
+        "```",
+        "",
+    ]
     return "\n".join(out)

@@ -89,9 +89,15 @@ def scrub_local_paths(folder: Path, known: dict[str, str]) -> None:
 
 
 def stage(
-    ckpt: str | Path, folder: Path, repo: str, reports: list[Path] | None = None, license_id: str = "other",
-    allow_unmeasured: bool = False, target: str | None = None, target_repo: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    ckpt: str | Path,
+    folder: Path,
+    repo: str,
+    reports: list[Path] | None = None,
+    license_id: str = "other",
+    allow_unmeasured: bool = False,
+    target: str | None = None,
+    target_repo: str | None = None,
+) -> dict[str, Any]:
     """Write the folder that `push` uploads into `folder` (must not exist or be empty); returns a summary.
     The target is named by its Hub id everywhere in it (`hub_target`), and no absolute local path remains."""
     src = Path(ckpt).expanduser()
@@ -125,7 +131,11 @@ def stage(
     exports: dict[str, dict[str, Any]] = {}
     # The engines that serve this kind for this target (an EAGLE-3 head with the qwen3 layer: vLLM only).
     target_config = TargetInfo(target or source["target_name"], source["target"].get("revision")).config
-    engines = list(serving_engines(source["kind"], target_config, source["config"].get("drafter", {}).get("layer", "llama")))
+    engines = list(
+        serving_engines(
+            source["kind"], target_config, source["config"].get("drafter", {}).get("layer", "llama")
+        )
+    )
     if source["kind"] == "draft_lm":  # the root is the transformers directory engines load
         for engine in engines:
             with tempfile.TemporaryDirectory() as tmp:
@@ -140,8 +150,12 @@ def stage(
         for engine in engines:
             out, _, built = export(src, engine, folder / ENGINE_FOLDER / engine, target)
             (out / "eval.json").unlink(missing_ok=True)  # one copy, at the root
-            exports[engine] = {"folder": f"{ENGINE_FOLDER}/{engine}", "layout": built.layout,
-                               "serve": built.serve, "notes": built.notes}  # fmt: skip
+            exports[engine] = {
+                "folder": f"{ENGINE_FOLDER}/{engine}",
+                "layout": built.layout,
+                "serve": built.serve,
+                "notes": built.notes,
+            }
     card_source = {**source, "target": {**source["target"], "name_or_path": public_target}}
     (folder / "README.md").write_text(render_card(repo, card_source, loaded, exports, license_id))
     local_target = target or source["target_name"]
@@ -166,7 +180,11 @@ def upload(folder: Path, repo: str, private: bool, revision: str | None, message
         if revision:
             api.create_branch(repo_id=repo, branch=revision, repo_type="model", exist_ok=True)
         info = api.upload_folder(
-            repo_id=repo, folder_path=str(folder), repo_type="model", revision=revision, commit_message=message
+            repo_id=repo,
+            folder_path=str(folder),
+            repo_type="model",
+            revision=revision,
+            commit_message=message,
         )
     except HfHubHTTPError as err:
         raise UserError(f"the Hub refused the upload to {repo}: {str(err).splitlines()[0][:200]}") from None
@@ -183,8 +201,18 @@ def upload(folder: Path, repo: str, private: bool, revision: str | None, message
 def _network_error(err: BaseException) -> bool:
     """A connection, DNS, timeout or offline-mode failure, whichever HTTP library huggingface_hub uses."""
     names = {c.__name__ for c in type(err).__mro__}
-    return bool(names & {"ConnectError", "NetworkError", "TransportError", "TimeoutException", "ConnectionError",
-                         "Timeout", "OfflineModeIsEnabled"})  # fmt: skip
+    return bool(
+        names
+        & {
+            "ConnectError",
+            "NetworkError",
+            "TransportError",
+            "TimeoutException",
+            "ConnectionError",
+            "Timeout",
+            "OfflineModeIsEnabled",
+        }
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -195,16 +223,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", required=True, help="the Hub repository, ORG/NAME (created if absent)")
     p.add_argument("--private", action="store_true", help="create the repository as private")
     p.add_argument("--revision", default=None, help="branch to push to (created if absent; default main)")
-    p.add_argument("--eval", action="append", default=None, metavar="REPORT",
-                   help="acceptance report(s) for the card (default: the checkpoint's eval.json); repeatable")  # fmt: skip
+    p.add_argument(
+        "--eval",
+        action="append",
+        default=None,
+        metavar="REPORT",
+        help="acceptance report(s) for the card (default: the checkpoint's eval.json); repeatable",
+    )
     p.add_argument(
         "--license", default="other", help="license identifier for the card metadata (default other)"
     )
     p.add_argument("--target", default=None, help="the target directory / Hub id (default: the checkpoint's)")
     p.add_argument(
-        "--target-repo", default=None, metavar="ORG/NAME",
+        "--target-repo",
+        default=None,
+        metavar="ORG/NAME",
         help="the target's Hub id, named in the card and configs (required when the target is a local directory)",
-    )  # fmt: skip
+    )
     p.add_argument("--allow-unmeasured", action="store_true", help="push without an acceptance report")
     p.add_argument(
         "--dry-run", default=None, metavar="DIR", help="write the folder that would be uploaded; no upload"
@@ -219,18 +254,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError(f"--repo {args.repo!r}: expected ORG/NAME (letters, digits, '-', '_', '.')")
     reports = [Path(f) for f in args.eval] if args.eval else None
     if args.dry_run:
-        summary = stage(args.checkpoint, Path(args.dry_run), args.repo, reports, args.license,
-                        args.allow_unmeasured, args.target, args.target_repo)  # fmt: skip
+        summary = stage(
+            args.checkpoint,
+            Path(args.dry_run),
+            args.repo,
+            reports,
+            args.license,
+            args.allow_unmeasured,
+            args.target,
+            args.target_repo,
+        )
         files = sorted(str(p.relative_to(args.dry_run)) for p in Path(args.dry_run).rglob("*") if p.is_file())
-        print(f"dry run: {len(files)} files in {args.dry_run} (engines: {', '.join(summary['engines'])}); "
-              "nothing uploaded")  # fmt: skip
+        print(
+            f"dry run: {len(files)} files in {args.dry_run} (engines: {', '.join(summary['engines'])}); "
+            "nothing uploaded"
+        )
         for f in files:
             print(f"  {f}")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "upload"
-        stage(args.checkpoint, folder, args.repo, reports, args.license, args.allow_unmeasured, args.target,
-              args.target_repo)  # fmt: skip
+        stage(
+            args.checkpoint,
+            folder,
+            args.repo,
+            reports,
+            args.license,
+            args.allow_unmeasured,
+            args.target,
+            args.target_repo,
+        )
         message = args.message or f"draftsmith: {read_source(args.checkpoint)['kind']} drafter"
         url = upload(folder, args.repo, args.private, args.revision, message)
     print(f"pushed {args.checkpoint} to https://huggingface.co/{args.repo} ({url})")

@@ -76,7 +76,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                     "high_freq_factor": 4.0,
                     "original_max_position_embeddings": 256,
                 },
-            },  # fmt: skip
+            },
             "llama3 rope scaling",
         ),
         Architecture("mistral", "MistralConfig", {"sliding_window": None}, "Mistral"),
@@ -85,7 +85,7 @@ ARCHITECTURES: dict[str, Architecture] = {
             "MixtralConfig",
             {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": None},
             "MoE (8 experts in the real model)",
-        ),  # fmt: skip
+        ),
         Architecture("qwen2", "Qwen2Config", {"use_sliding_window": False}, "qkv bias"),
         Architecture("qwen3", "Qwen3Config", {"use_sliding_window": False}, "q/k norms"),
         Architecture(
@@ -113,7 +113,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                 "linear_key_head_dim": 16,
                 "linear_value_head_dim": 16,
                 "partial_rotary_factor": 0.25,
-            },  # fmt: skip
+            },
             "hybrid linear attention (gated delta net) + MoE, gated attention",
         ),
         Architecture(
@@ -125,7 +125,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                 "linear_num_key_heads": 2,
                 "linear_key_head_dim": 16,
                 "linear_value_head_dim": 16,
-            },  # fmt: skip
+            },
             "Qwen3.5 text: hybrid linear attention",
         ),
         Architecture(
@@ -137,7 +137,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                 "attn_logit_softcapping": 50.0,
                 "query_pre_attn_scalar": 16,
                 "tie_word_embeddings": True,
-            },  # fmt: skip
+            },
             "scaled embeddings, sliding window 8, logit soft-capping",
         ),
         Architecture(
@@ -165,7 +165,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                 "head_dim": _DROP,
             },
             "embedding / residual / attention multipliers, logits scaling",
-        ),  # fmt: skip
+        ),
         Architecture("smollm3", "SmolLM3Config", {"no_rope_layer_interval": 2}, "NoPE every other layer"),
         Architecture(
             "deepseek_v3",
@@ -185,7 +185,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                 "topk_group": 1,
                 "head_dim": 8,
                 "num_key_value_heads": 4,
-            },  # fmt: skip
+            },
             "MLA + MoE (first layer dense)",
         ),
         Architecture(
@@ -204,7 +204,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                     "beta_slow": 1.0,
                     "original_max_position_embeddings": 256,
                 },
-            },  # fmt: skip
+            },
             "attention sinks, MoE, alternating sliding window 8",
         ),
         Architecture(
@@ -218,7 +218,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                 "attention_chunk_size": 8,
                 "no_rope_layers": [1, 1, 1, 0],
                 "use_qk_norm": True,
-            },  # fmt: skip
+            },
             "Llama-4 text: MoE every other layer, chunked attention, a NoPE layer",
         ),
     ]

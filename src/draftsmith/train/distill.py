@@ -172,9 +172,11 @@ class DistillMethod(TrainingMethod):
         ids = batch["input_ids"]
         # The draft's last hidden state, without its [B, T, V] logits (the head runs per chunk in the loss).
         out = model(
-            input_ids=ids, attention_mask=batch["attention_mask"], output_hidden_states=True,
+            input_ids=ids,
+            attention_mask=batch["attention_mask"],
+            output_hidden_states=True,
             logits_to_keep=torch.zeros(0, dtype=torch.long, device=ids.device),
-        )  # fmt: skip
+        )
         feats, _ = self.target.batch_features(batch, ("final",))
         inputs = (out.hidden_states[-1], feats["final"], answer_positions(batch), shift_left(ids))
         sums, _, metrics = chunked_loss(
@@ -191,12 +193,18 @@ class DistillMethod(TrainingMethod):
             target_logits = self.target.head(final[mask])  # [n, V]
         cfg = self.cfg
         return distill_loss(
-            target_logits, self.head(hidden[mask]), labels[mask], cfg.divergence, beta=cfg.beta,
-            temperature=cfg.temperature, vocab_chunk=cfg.vocab_chunk,
-        )  # fmt: skip
+            target_logits,
+            self.head(hidden[mask]),
+            labels[mask],
+            cfg.divergence,
+            beta=cfg.beta,
+            temperature=cfg.temperature,
+            vocab_chunk=cfg.vocab_chunk,
+        )
 
-    def prepare_batch(self, model: nn.Module, batch: dict[str, torch.Tensor], step: int, index: int,
-                      rank: int) -> dict[str, torch.Tensor]:  # fmt: skip
+    def prepare_batch(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], step: int, index: int, rank: int
+    ) -> dict[str, torch.Tensor]:
         """GKD: with probability `on_policy`, replace the batch's answers by the draft's own samples."""
         if self.cfg.on_policy <= 0:
             return batch
@@ -222,10 +230,16 @@ class DistillMethod(TrainingMethod):
         was_training = draft.training
         draft.eval()
         out = draft.generate(
-            input_ids=padded, attention_mask=attn, do_sample=True, temperature=self.cfg.sample_temperature,
-            top_p=None, top_k=None, max_new_tokens=max(1, min(self.cfg.max_new_tokens, max_len - width)),
-            pad_token_id=self.pad_id, eos_token_id=sorted(self.stop_ids),
-        )[:, width:].tolist()  # fmt: skip
+            input_ids=padded,
+            attention_mask=attn,
+            do_sample=True,
+            temperature=self.cfg.sample_temperature,
+            top_p=None,
+            top_k=None,
+            max_new_tokens=max(1, min(self.cfg.max_new_tokens, max_len - width)),
+            pad_token_id=self.pad_id,
+            eos_token_id=sorted(self.stop_ids),
+        )[:, width:].tolist()
         draft.train(was_training)
         samples, drafts = [], iter(out)
         for i, (p, k) in enumerate(zip(prompts, keep, strict=True)):
@@ -306,9 +320,16 @@ def offline_target_layers(cfg: DistillRecipe) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return train_main(
-        Recipe(DistillRecipe, "draftsmith train distill", __doc__ or "", build_method, cache_layers,
-               offline_target_layers), argv,
-    )  # fmt: skip
+        Recipe(
+            DistillRecipe,
+            "draftsmith train distill",
+            __doc__ or "",
+            build_method,
+            cache_layers,
+            offline_target_layers,
+        ),
+        argv,
+    )
 
 
 if __name__ == "__main__":

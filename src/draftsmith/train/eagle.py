@@ -193,7 +193,9 @@ def _target_view(draft: Any, target_logits: torch.Tensor) -> tuple[torch.Tensor,
     argmax is inside the draft vocabulary (always for EAGLE-1 and a full vocabulary)."""
     vd = getattr(draft, "draft_vocab_size", target_logits.shape[-1])
     if vd == target_logits.shape[-1]:
-        return target_logits, torch.ones(target_logits.shape[:-1], dtype=torch.bool, device=target_logits.device)
+        return target_logits, torch.ones(
+            target_logits.shape[:-1], dtype=torch.bool, device=target_logits.device
+        )
     return target_logits[..., draft.t2d], draft.t2d[target_logits.argmax(-1)]
 
 
@@ -203,7 +205,9 @@ def argmax_ce(draft: Any, head: Callable[[torch.Tensor], torch.Tensor]) -> Calla
 
     def fn(hidden: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
         target, kept = _target_view(draft, head(final))
-        ce = F.cross_entropy(draft.logits(hidden).float().transpose(1, 2), target.argmax(-1), reduction="none")
+        ce = F.cross_entropy(
+            draft.logits(hidden).float().transpose(1, 2), target.argmax(-1), reduction="none"
+        )
         return torch.stack([ce, kept.float()], dim=-1)
 
     return fn
@@ -252,7 +256,9 @@ def _eagle3_chunk(
     """One TTT step's loss on one chunk: `(draft output [B, c, H], the target's final state at the positions
     predicted [B, c, H], mask [B, c], weights [B, c])` -> `(sum [1], count [1], {"top1": [1], "alpha": [1]})`."""
 
-    def fn(hidden: torch.Tensor, final: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> ChunkResult:
+    def fn(
+        hidden: torch.Tensor, final: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor
+    ) -> ChunkResult:
         logits = draft.logits(hidden)
         if objective.loss is None:
             with torch.no_grad():
@@ -266,7 +272,11 @@ def _eagle3_chunk(
         loss, alpha = masked_objective(
             objective.loss, logits, target, labels, weights * kept, mask & kept, kappa=objective.lk_kappa
         )
-        return loss, mask.sum().float().reshape(1), {"top1": _hits(logits, labels, mask & kept), "alpha": alpha}
+        return (
+            loss,
+            mask.sum().float().reshape(1),
+            {"top1": _hits(logits, labels, mask & kept), "alpha": alpha},
+        )
 
     return fn
 
@@ -321,7 +331,9 @@ def build_method(cfg: EagleRecipe, target: FrozenTarget, data: DataBundle) -> Ea
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return train_main(Recipe(EagleRecipe, "draftsmith train eagle", __doc__ or "", build_method, cache_layers), argv)
+    return train_main(
+        Recipe(EagleRecipe, "draftsmith train eagle", __doc__ or "", build_method, cache_layers), argv
+    )
 
 
 def format_step_table(

@@ -118,7 +118,9 @@ class MedusaMethod(TrainingMethod):
         final = F.pad(feats["final"], (0, 0, 0, K))  # head k (1-based) at column t: the target's final_{t+k}
         weights = masks.float()
         if self.objective.weighting == "dpace":
-            ce = torch.stack([per_column(_head_ce(heads, k), (trunks[k], labels[k]), chunk) for k in range(K)])
+            ce = torch.stack(
+                [per_column(_head_ce(heads, k), (trunks[k], labels[k]), chunk) for k in range(K)]
+            )
             weights = chain_weights(ce, masks, self.objective.dpace_alpha)
         per_head = [
             chunked_loss(
@@ -145,13 +147,20 @@ def _head_ce(heads: MedusaHeads, k: int) -> Callable[..., torch.Tensor]:
 
 
 def _head_loss(
-    heads: MedusaHeads, k: int, target_head: Callable[[torch.Tensor], torch.Tensor], objective: ObjectiveConfig
+    heads: MedusaHeads,
+    k: int,
+    target_head: Callable[[torch.Tensor], torch.Tensor],
+    objective: ObjectiveConfig,
 ) -> Callable[..., ChunkResult]:
     """Head k's (0-based) loss on one chunk: `(trunk [B, c, H], labels [B, c], mask [B, c], the target's
     final state at column t+k+1 [B, c, H], weights [B, c])` -> sums, metrics top1, top5 and alpha."""
 
     def fn(
-        trunk: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, final: torch.Tensor, weights: torch.Tensor
+        trunk: torch.Tensor,
+        labels: torch.Tensor,
+        mask: torch.Tensor,
+        final: torch.Tensor,
+        weights: torch.Tensor,
     ) -> ChunkResult:
         target_logits = None
         if objective.loss is not None or not recomputing():
@@ -222,7 +231,9 @@ class Medusa2Method(TrainingMethod):
             )
         else:
             sums, metrics = self._head_terms(heads, adapted.detach(), batch)
-        return torch.cat([kl.sum().reshape(1), sums]), {k: torch.cat([base[k], v]) for k, v in metrics.items()}
+        return torch.cat([kl.sum().reshape(1), sums]), {
+            k: torch.cat([base[k], v]) for k, v in metrics.items()
+        }
 
     def _head_terms(
         self, heads: torch.Tensor, served: torch.Tensor, batch: dict[str, torch.Tensor]
@@ -237,7 +248,9 @@ class Medusa2Method(TrainingMethod):
                 ce = F.cross_entropy(heads.float().permute(0, 3, 1, 2), labels, reduction="none")  # [K, B, T]
             weights = chain_weights(ce, masks, self.objective.dpace_alpha)
         terms = [
-            head_terms(heads[k], shift_columns(served, k + 1), labels[k], masks[k], weights[k], self.objective)
+            head_terms(
+                heads[k], shift_columns(served, k + 1), labels[k], masks[k], weights[k], self.objective
+            )
             for k in range(K)
         ]
         metrics = {name: torch.cat([t[2][name] for t in terms]) for name in ("top1", "top5", "alpha")}
@@ -256,7 +269,9 @@ class Medusa2Method(TrainingMethod):
         """The heads, plus the adapter in `adapter/` (peft's format). Medusa-2 runs only where its parameters stay
         whole on every rank (DDP, ZeRO-1/2), so `state_dict` is None here."""
         model: Any = self.model
-        final = save_drafter(out, model.heads, target.identity(), {**extra, "medusa2": {"adapter": ADAPTER_DIR}})
+        final = save_drafter(
+            out, model.heads, target.identity(), {**extra, "medusa2": {"adapter": ADAPTER_DIR}}
+        )
         model.backbone.save_pretrained(str(final / ADAPTER_DIR))
         return final
 
@@ -289,7 +304,9 @@ def build_method(cfg: MedusaRecipe, target: FrozenTarget, data: DataBundle) -> M
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return train_main(Recipe(MedusaRecipe, "draftsmith train medusa", __doc__ or "", build_method, cache_layers), argv)
+    return train_main(
+        Recipe(MedusaRecipe, "draftsmith train medusa", __doc__ or "", build_method, cache_layers), argv
+    )
 
 
 def format_accuracy_table(

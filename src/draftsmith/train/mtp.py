@@ -162,9 +162,13 @@ def _depth_chunk(
     target's final state at column i+k [B, c, H], weights [B, c])` -> sums, metrics top1, agree, alpha."""
 
     def fn(
-        hidden: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, greedy: torch.Tensor,
-        final: torch.Tensor, weights: torch.Tensor,
-    ) -> ChunkResult:  # fmt: skip
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        mask: torch.Tensor,
+        greedy: torch.Tensor,
+        final: torch.Tensor,
+        weights: torch.Tensor,
+    ) -> ChunkResult:
         logits = draft.logits(k, hidden)
         target_logits = None
         if objective.loss is not None or not recomputing():
@@ -213,7 +217,9 @@ def format_depth_table(metrics: dict[str, float], depths: int, start: dict[str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return train_main(Recipe(MTPRecipe, "draftsmith train mtp", __doc__ or "", build_method, cache_layers), argv)
+    return train_main(
+        Recipe(MTPRecipe, "draftsmith train mtp", __doc__ or "", build_method, cache_layers), argv
+    )
 
 
 if __name__ == "__main__":

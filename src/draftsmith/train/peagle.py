@@ -57,8 +57,12 @@ EVAL_STEP = -1  # held-out batches draw their items as if at this step: the same
 class PEagleRecipe:
     """Everything a P-EAGLE run needs; YAML recipes under recipes/peagle/ mirror it."""
 
-    output_dir: str = field(default="runs/peagle", metadata={"help": "Run directory (checkpoints, metrics, final/)."})
-    seed: int = field(default=0, metadata={"help": "Seed for initialisation, COD sampling, data split and order."})
+    output_dir: str = field(
+        default="runs/peagle", metadata={"help": "Run directory (checkpoints, metrics, final/)."}
+    )
+    seed: int = field(
+        default=0, metadata={"help": "Seed for initialisation, COD sampling, data split and order."}
+    )
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
     draft: PEagleConfig = field(default_factory=PEagleConfig)
@@ -85,7 +89,9 @@ def row_seed(seed: int, step: int, ids: torch.Tensor) -> int:
     return int.from_bytes(h.digest()[:8], "little") & (2**63 - 1)
 
 
-def batch_items(batch: dict[str, torch.Tensor], config: PEagleConfig, seed: int, step: int) -> dict[str, torch.Tensor]:
+def batch_items(
+    batch: dict[str, torch.Tensor], config: PEagleConfig, seed: int, step: int
+) -> dict[str, torch.Tensor]:
     """COD items of every row, padded: `{"items_anchor", "items_depth", "items_valid", "items_inclusion"}`
     `[B, N]` (inclusion: `cod_sample`'s chance of each item being drawn, 1 on padding)."""
     trained = trained_columns(batch).cpu()
@@ -93,7 +99,9 @@ def batch_items(batch: dict[str, torch.Tensor], config: PEagleConfig, seed: int,
     rows = []
     for b, S in enumerate(int(n) for n in lengths):
         gen = torch.Generator().manual_seed(row_seed(seed, step, batch["input_ids"][b, :S]))
-        rows.append(cod_sample(trained[b, :S], config.num_depths, config.cod_ratio, config.cod_min_ratio, gen))
+        rows.append(
+            cod_sample(trained[b, :S], config.num_depths, config.cod_ratio, config.cod_min_ratio, gen)
+        )
     N = max(a.numel() for a, *_ in rows)
     device = batch["input_ids"].device
     anchors = torch.zeros(len(rows), N, dtype=torch.long)
@@ -103,8 +111,12 @@ def batch_items(batch: dict[str, torch.Tensor], config: PEagleConfig, seed: int,
     for b, (a, d, pi) in enumerate(rows):
         n = a.numel()
         anchors[b, :n], depths[b, :n], valid[b, :n], inclusion[b, :n] = a, d, True, pi
-    return {"items_anchor": anchors.to(device), "items_depth": depths.to(device), "items_valid": valid.to(device),
-            "items_inclusion": inclusion.to(device)}  # fmt: skip
+    return {
+        "items_anchor": anchors.to(device),
+        "items_depth": depths.to(device),
+        "items_valid": valid.to(device),
+        "items_inclusion": inclusion.to(device),
+    }
 
 
 def item_targets(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,10 +156,15 @@ def item_dpace_weights(
 
 
 def depth_loss(
-    draft_logits: torch.Tensor, target_logits: torch.Tensor, weights: torch.Tensor, depths: torch.Tensor,
-    t2d: torch.Tensor, num_depths: int, objective: ObjectiveConfig | None = None,
+    draft_logits: torch.Tensor,
+    target_logits: torch.Tensor,
+    weights: torch.Tensor,
+    depths: torch.Tensor,
+    t2d: torch.Tensor,
+    num_depths: int,
+    objective: ObjectiveConfig | None = None,
     scale: torch.Tensor | None = None,
-) -> ChunkResult:  # fmt: skip
+) -> ChunkResult:
     """EAGLE-3's step loss (models/losses.py `eagle3_step_loss`) of items of mixed depths, summed per depth, or
     `objective.loss` of models/objectives.py against the same distribution (`ce`: its argmax).
 
@@ -171,9 +188,12 @@ def depth_loss(
     else:
         vd = draft_logits.shape[-1]
         ce, alpha = token_objective(
-            objective.loss, draft_logits.reshape(-1, vd), target_logits[..., t2d].reshape(-1, vd),
-            p.argmax(-1).reshape(-1), kappa=objective.lk_kappa,
-        )  # fmt: skip
+            objective.loss,
+            draft_logits.reshape(-1, vd),
+            target_logits[..., t2d].reshape(-1, vd),
+            p.argmax(-1).reshape(-1),
+            kappa=objective.lk_kappa,
+        )
         ce, alpha = ce.view(keep.shape), alpha.view(keep.shape)
     if scale is not None:
         ce = ce * scale
@@ -221,7 +241,11 @@ class PEagleMethod(TrainingMethod):
         return {**batch, **batch_items(batch, self.config, self.seed, step)}
 
     def _items(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return batch if "items_anchor" in batch else {**batch, **batch_items(batch, self.config, self.seed, EVAL_STEP)}
+        return (
+            batch
+            if "items_anchor" in batch
+            else {**batch, **batch_items(batch, self.config, self.seed, EVAL_STEP)}
+        )
 
     def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         batch = self._items(batch)
@@ -269,20 +293,30 @@ def _chunk_fn(
     """The loss of a chunk of items: `(outputs [B, c, H], target states [B, c, H], weights, depths, scale [B, c])`."""
 
     def fn(
-        hidden: torch.Tensor, final: torch.Tensor, weights: torch.Tensor, depths: torch.Tensor, scale: torch.Tensor
+        hidden: torch.Tensor,
+        final: torch.Tensor,
+        weights: torch.Tensor,
+        depths: torch.Tensor,
+        scale: torch.Tensor,
     ) -> ChunkResult:
         with torch.no_grad():
             target_logits = head(final)
         D = draft.config.num_depths
-        return depth_loss(draft.logits(hidden), target_logits, weights, depths, draft.t2d, D, objective, scale)
+        return depth_loss(
+            draft.logits(hidden), target_logits, weights, depths, draft.t2d, D, objective, scale
+        )
 
     return fn
 
 
 def resolve_mask(config: PEagleConfig, target: FrozenTarget) -> PEagleConfig:
     """`config` with the mask token and the mask embedding's mode decided (what the checkpoint records)."""
-    token, dedicated = pick_mask_token(target.tokenizer, int(target.embed_tokens.weight.shape[0]), config.mask_token_id)
-    mode = config.mask_embedding if config.mask_embedding != "auto" else ("learned" if dedicated else "frozen")
+    token, dedicated = pick_mask_token(
+        target.tokenizer, int(target.embed_tokens.weight.shape[0]), config.mask_token_id
+    )
+    mode = (
+        config.mask_embedding if config.mask_embedding != "auto" else ("learned" if dedicated else "frozen")
+    )
     return dataclasses.replace(config, mask_token_id=token, mask_embedding=mode)
 
 
@@ -310,7 +344,9 @@ def build_method(cfg: PEagleRecipe, target: FrozenTarget, data: DataBundle) -> P
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return train_main(Recipe(PEagleRecipe, "draftsmith train peagle", __doc__ or "", build_method, cache_layers), argv)
+    return train_main(
+        Recipe(PEagleRecipe, "draftsmith train peagle", __doc__ or "", build_method, cache_layers), argv
+    )
 
 
 if __name__ == "__main__":

@@ -92,14 +92,23 @@ REAL_SPECULATORS_LAYOUT = {
 def speculators_layout(H, inter, q_out, kv_out, V, vd):
     """REAL_SPECULATORS_LAYOUT as a function of the sizes."""
     return {
-        "d2t": (vd,), "embed_tokens.weight": (V, H), "fc.weight": (H, 3 * H),
-        "layers.0.hidden_norm.weight": (H,), "layers.0.input_layernorm.weight": (H,),
-        "layers.0.mlp.down_proj.weight": (H, inter), "layers.0.mlp.gate_proj.weight": (inter, H),
-        "layers.0.mlp.up_proj.weight": (inter, H), "layers.0.post_attention_layernorm.weight": (H,),
-        "layers.0.self_attn.k_proj.weight": (kv_out, 2 * H), "layers.0.self_attn.o_proj.weight": (H, q_out),
-        "layers.0.self_attn.q_proj.weight": (q_out, 2 * H), "layers.0.self_attn.v_proj.weight": (kv_out, 2 * H),
-        "lm_head.weight": (vd, H), "norm.weight": (H,), "t2d": (V,),
-    }  # fmt: skip
+        "d2t": (vd,),
+        "embed_tokens.weight": (V, H),
+        "fc.weight": (H, 3 * H),
+        "layers.0.hidden_norm.weight": (H,),
+        "layers.0.input_layernorm.weight": (H,),
+        "layers.0.mlp.down_proj.weight": (H, inter),
+        "layers.0.mlp.gate_proj.weight": (inter, H),
+        "layers.0.mlp.up_proj.weight": (inter, H),
+        "layers.0.post_attention_layernorm.weight": (H,),
+        "layers.0.self_attn.k_proj.weight": (kv_out, 2 * H),
+        "layers.0.self_attn.o_proj.weight": (H, q_out),
+        "layers.0.self_attn.q_proj.weight": (q_out, 2 * H),
+        "layers.0.self_attn.v_proj.weight": (kv_out, 2 * H),
+        "lm_head.weight": (vd, H),
+        "norm.weight": (H,),
+        "t2d": (V,),
+    }
 
 
 def speculators_config(target, layer_ids, vd, **flags):
@@ -126,7 +135,7 @@ def speculators_config(target, layer_ids, vd, **flags):
                     "speculative_tokens": 7,
                     "verifier_accept_k": 1,
                 }
-            ],  # fmt: skip
+            ],
             "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "/path/to/target"},
         },
         "speculators_model_type": "eagle3",
@@ -159,7 +168,7 @@ def speculators_config(target, layer_ids, vd, **flags):
             "use_cache": True,
             "use_sliding_window": True,
             "vocab_size": c.vocab_size,
-        },  # fmt: skip
+        },
         "transformers_version": "5.19.0",
         **flags,
     }
@@ -219,8 +228,14 @@ def test_speculators_real_layout_converts(tiny_random_target, tmp_path):
     target, vd = tiny_random_target, 40
     c = target.model.config
     assert speculators_layout(96, 288, 96, 96, 2048, 1024) == REAL_SPECULATORS_LAYOUT
-    layout = speculators_layout(c.hidden_size, c.intermediate_size, c.num_attention_heads * c.head_dim,
-                                c.num_key_value_heads * c.head_dim, target.vocab_size, vd)  # fmt: skip
+    layout = speculators_layout(
+        c.hidden_size,
+        c.intermediate_size,
+        c.num_attention_heads * c.head_dim,
+        c.num_key_value_heads * c.head_dim,
+        target.vocab_size,
+        vd,
+    )
     torch.manual_seed(2)
     state = {k: torch.randn(shape) for k, shape in layout.items()}
     used = torch.randperm(target.vocab_size)[:vd].sort().values
@@ -274,8 +289,13 @@ def test_speculators_converter_refuses_what_eagle3draft_cannot_compute(
 def dflash_checkpoint(saved_tiny_target, tmp_path_factory):
     """A random draftsmith DFlash (every weight, norms included, perturbed so a swapped tensor shows)."""
     target = saved_tiny_target
-    draft = DFlashDraft(DFlashConfig(block_size=4, num_layers=2, feature_layers=[2, 3], num_feature_layers=2,
-                                     mask_token_id=5), target.model.config, target.vocab_size)  # fmt: skip
+    draft = DFlashDraft(
+        DFlashConfig(
+            block_size=4, num_layers=2, feature_layers=[2, 3], num_feature_layers=2, mask_token_id=5
+        ),
+        target.model.config,
+        target.vocab_size,
+    )
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for name, p in draft.named_parameters():
@@ -348,16 +368,30 @@ def test_dflash_layer_ids_are_outputs_of_layers(dflash_checkpoint, saved_tiny_ta
 def modelopt_dflash_config(target, ids, **changes):
     c = target.model.config
     config = {
-        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 8,
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "block_size": 8,
         "dflash_config": {"mask_token_id": 0, "target_layer_ids": ids, "causal": False},
-        "hidden_size": c.hidden_size, "num_hidden_layers": 2, "num_attention_heads": c.num_attention_heads,
-        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim,
-        "intermediate_size": c.intermediate_size, "hidden_act": "silu", "rms_norm_eps": c.rms_norm_eps,
-        "vocab_size": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
-        "initializer_range": 0.02, "attention_bias": False, "attention_dropout": 0.0, "rope_theta": 10000.0,
-        "rope_scaling": None, "tie_word_embeddings": False, "torch_dtype": "float32",
-        "num_target_layers": c.num_hidden_layers, "layer_types": ["full_attention", "full_attention"],
-    }  # fmt: skip
+        "hidden_size": c.hidden_size,
+        "num_hidden_layers": 2,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "head_dim": c.head_dim,
+        "intermediate_size": c.intermediate_size,
+        "hidden_act": "silu",
+        "rms_norm_eps": c.rms_norm_eps,
+        "vocab_size": c.vocab_size,
+        "max_position_embeddings": c.max_position_embeddings,
+        "initializer_range": 0.02,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "num_target_layers": c.num_hidden_layers,
+        "layer_types": ["full_attention", "full_attention"],
+    }
     for key, value in changes.items():
         if key.startswith("dflash_config."):
             config["dflash_config"][key.removeprefix("dflash_config.")] = value
@@ -377,14 +411,21 @@ def modelopt_dflash_state(target):
     shapes = {"fc.weight": (H, 2 * H), "hidden_norm.weight": (H,), "norm.weight": (H,)}
     for i in range(2):
         p = f"layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
-            p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
-            p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
-            p + "self_attn.q_norm.weight": (c.head_dim,), p + "self_attn.k_norm.weight": (c.head_dim,),
-            p + "mlp.gate_proj.weight": (inter, H), p + "mlp.up_proj.weight": (inter, H),
-            p + "mlp.down_proj.weight": (H, inter),
-        })  # fmt: skip
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (H,),
+                p + "post_attention_layernorm.weight": (H,),
+                p + "self_attn.q_proj.weight": (q, H),
+                p + "self_attn.k_proj.weight": (kv, H),
+                p + "self_attn.v_proj.weight": (kv, H),
+                p + "self_attn.o_proj.weight": (H, q),
+                p + "self_attn.q_norm.weight": (c.head_dim,),
+                p + "self_attn.k_norm.weight": (c.head_dim,),
+                p + "mlp.gate_proj.weight": (inter, H),
+                p + "mlp.up_proj.weight": (inter, H),
+                p + "mlp.down_proj.weight": (H, inter),
+            }
+        )
     assert len(shapes) == 25
     g = torch.Generator().manual_seed(6)
     return {k: torch.randn(s, generator=g) for k, s in shapes.items()}
@@ -421,8 +462,11 @@ def test_dflash_converter_refuses_what_dflashdraft_cannot_compute(
     saved_tiny_target, tmp_path, changes, message
 ):
     target = saved_tiny_target
-    src = write_speculators(tmp_path / "modelopt", modelopt_dflash_state(target),
-                            modelopt_dflash_config(target, [0, 2], **changes))  # fmt: skip
+    src = write_speculators(
+        tmp_path / "modelopt",
+        modelopt_dflash_state(target),
+        modelopt_dflash_config(target, [0, 2], **changes),
+    )
     with pytest.raises(ValueError, match=message):
         modelopt_dflash(src, target, tmp_path / "converted")
 
@@ -438,7 +482,9 @@ def test_dflash_converter_refuses_unknown_tensors(saved_tiny_target, tmp_path):
 # ---- speculators' DFlash ---------------------------------------------------------------------------------
 
 
-def test_dflash_speculators_export_round_trips_bit_identically(dflash_checkpoint, saved_tiny_target, tmp_path):
+def test_dflash_speculators_export_round_trips_bit_identically(
+    dflash_checkpoint, saved_tiny_target, tmp_path
+):
     """Oracle: draftsmith's own vLLM (speculators) export of a DFlash drafter, converted back, is the same drafter:
     identical weights, bit-identical slot logits and proposals. speculators' ids are canonical (no shift); the
     export's embedding, LM head and identity vocabulary map are checked and dropped."""
@@ -448,7 +494,9 @@ def test_dflash_speculators_export_round_trips_bit_identically(dflash_checkpoint
     converted = speculators_dflash(exported, target, tmp_path / "converted")
     ours, _ = load_drafter(dflash_checkpoint, target)
     theirs, theirs_config = load_drafter(converted, target)
-    assert theirs_config["feature_layers"] == [2, 3] and theirs_config["converted_from"]["peer"] == "speculators"
+    assert (
+        theirs_config["feature_layers"] == [2, 3] and theirs_config["converted_from"]["peer"] == "speculators"
+    )
     a, b = ours.state_dict(), theirs.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     ids = torch.randint(0, target.vocab_size, (11,), generator=torch.Generator().manual_seed(7))
@@ -464,26 +512,60 @@ def test_dflash_speculators_export_round_trips_bit_identically(dflash_checkpoint
 def speculators_dflash_config(target, ids, **changes):
     c = target.model.config
     layer = {
-        "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None,
-        "head_dim": c.head_dim, "hidden_act": "silu", "hidden_size": c.hidden_size, "initializer_range": 0.02,
-        "intermediate_size": c.intermediate_size, "layer_types": ["full_attention", "full_attention"],
-        "max_position_embeddings": c.max_position_embeddings, "max_window_layers": 28, "model_type": "qwen3",
-        "num_attention_heads": c.num_attention_heads, "num_hidden_layers": 2,
-        "num_key_value_heads": c.num_key_value_heads, "pad_token_id": None, "rms_norm_eps": c.rms_norm_eps,
-        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "sliding_window": None,
-        "tie_word_embeddings": False, "use_cache": True, "use_sliding_window": False, "vocab_size": c.vocab_size,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "head_dim": c.head_dim,
+        "hidden_act": "silu",
+        "hidden_size": c.hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": c.intermediate_size,
+        "layer_types": ["full_attention", "full_attention"],
+        "max_position_embeddings": c.max_position_embeddings,
+        "max_window_layers": 28,
+        "model_type": "qwen3",
+        "num_attention_heads": c.num_attention_heads,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": c.num_key_value_heads,
+        "pad_token_id": None,
+        "rms_norm_eps": c.rms_norm_eps,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": c.vocab_size,
     }
     config = {
-        "architectures": ["DFlashDraftModel"], "auto_map": {"": "config.DFlashSpeculatorConfig"},
-        "aux_hidden_state_layer_ids": ids, "block_size": 8, "draft_vocab_size": c.vocab_size, "dtype": "float32",
-        "mask_token_id": 0, "sample_from_anchor": False, "sliding_window_non_causal": False,
-        "speculators_config": {"algorithm": "dflash", "default_proposal_method": "greedy",
-                               "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy",
-                                                     "speculative_tokens": 7, "verifier_accept_k": 1}],
-                               "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "unused"}},
-        "speculators_model_type": "dflash", "speculators_version": "0.9.0", "target_hidden_size": None,
-        "tie_word_embeddings": False, "transformer_layer_config": layer,
-    }  # fmt: skip
+        "architectures": ["DFlashDraftModel"],
+        "auto_map": {"": "config.DFlashSpeculatorConfig"},
+        "aux_hidden_state_layer_ids": ids,
+        "block_size": 8,
+        "draft_vocab_size": c.vocab_size,
+        "dtype": "float32",
+        "mask_token_id": 0,
+        "sample_from_anchor": False,
+        "sliding_window_non_causal": False,
+        "speculators_config": {
+            "algorithm": "dflash",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {
+                    "accept_tolerance": 0.0,
+                    "proposal_type": "greedy",
+                    "speculative_tokens": 7,
+                    "verifier_accept_k": 1,
+                }
+            ],
+            "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "unused"},
+        },
+        "speculators_model_type": "dflash",
+        "speculators_version": "0.9.0",
+        "target_hidden_size": None,
+        "tie_word_embeddings": False,
+        "transformer_layer_config": layer,
+    }
     for key, value in changes.items():
         if key.startswith("layer."):
             layer[key.removeprefix("layer.")] = value
@@ -506,21 +588,28 @@ def test_speculators_dflash_real_layout_converts(saved_tiny_target, tmp_path):
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"layer.layer_types": ["sliding_attention"] * 2, "layer.use_sliding_window": True,
-          "layer.sliding_window": 2048}, "sliding window"),  # speculators' default draft layers
+        (
+            {
+                "layer.layer_types": ["sliding_attention"] * 2,
+                "layer.use_sliding_window": True,
+                "layer.sliding_window": 2048,
+            },
+            "sliding window",
+        ),  # speculators' default draft layers
         ({"sample_from_anchor": True}, "sample_from_anchor"),
         ({"draft_vocab_size": 32}, "reduced draft vocabulary"),
         ({"speculators_model_type": "eagle3"}, "not a speculators DFlash"),
         ({"aux_hidden_state_layer_ids": [0, 2]}, "name no layer"),
         ({"layer.head_dim": 128}, "head_dim"),
     ],
-)  # fmt: skip
+)
 def test_speculators_dflash_converter_refuses_what_dflashdraft_cannot_compute(
     saved_tiny_target, tmp_path, changes, message
 ):
     target = saved_tiny_target
-    src = write_speculators(tmp_path / "spec", modelopt_dflash_state(target),
-                            speculators_dflash_config(target, [1, 3], **changes))  # fmt: skip
+    src = write_speculators(
+        tmp_path / "spec", modelopt_dflash_state(target), speculators_dflash_config(target, [1, 3], **changes)
+    )
     with pytest.raises(ValueError, match=message):
         speculators_dflash(src, target, tmp_path / "converted")
 
@@ -528,8 +617,11 @@ def test_speculators_dflash_converter_refuses_what_dflashdraft_cannot_compute(
 def test_speculators_dflash_refuses_a_reduced_vocabulary_map(saved_tiny_target, tmp_path):
     target = saved_tiny_target
     V = target.vocab_size
-    state = {**modelopt_dflash_state(target), "d2t": torch.zeros(V, dtype=torch.long),
-             "t2d": torch.ones(V, dtype=torch.bool)}  # fmt: skip
+    state = {
+        **modelopt_dflash_state(target),
+        "d2t": torch.zeros(V, dtype=torch.long),
+        "t2d": torch.ones(V, dtype=torch.bool),
+    }
     src = write_speculators(tmp_path / "identity", state, speculators_dflash_config(target, [1, 3]))
     speculators_dflash(src, target, tmp_path / "ok")  # the identity map converts
     state["t2d"][3] = False

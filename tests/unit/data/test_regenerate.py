@@ -28,9 +28,21 @@ def data(tmp_path_factory, shared_data):
 
 def run(target, data, out, *extra):
     args = build_parser().parse_args(
-        ["--target", str(target), "--data", str(data), "--out", str(out), "--max-new-tokens", "12",
-         "--batch-size", "3", "--no-progress", *extra]
-    )  # fmt: skip
+        [
+            "--target",
+            str(target),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--max-new-tokens",
+            "12",
+            "--batch-size",
+            "3",
+            "--no-progress",
+            *extra,
+        ]
+    )
     return regenerate(args)
 
 

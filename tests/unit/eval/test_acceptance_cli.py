@@ -18,9 +18,20 @@ from draftsmith.models.target import FrozenTarget, TargetConfig
 
 REPO = Path(__file__).resolve().parents[3]
 REPORT_KEYS = {
-    "tau", "alpha", "acceptance_by_depth", "target_forwards", "new_tokens", "num_prompts", "per_prompt",
-    "wall_time_s", "tokens_per_s", "baseline_tokens_per_s", "speedup", "lossless", "settings",
-}  # fmt: skip
+    "tau",
+    "alpha",
+    "acceptance_by_depth",
+    "target_forwards",
+    "new_tokens",
+    "num_prompts",
+    "per_prompt",
+    "wall_time_s",
+    "tokens_per_s",
+    "baseline_tokens_per_s",
+    "speedup",
+    "lossless",
+    "settings",
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +50,19 @@ def run_eval(tiny_toy_target, *args: str) -> int:
 def test_mt_bench_two_turns_report_plot_and_lossless_check(tiny_toy_target, shared_data, tmp_path, capsys):
     report_path, plot = tmp_path / "r.json", tmp_path / "r.png"
     code = run_eval(
-        tiny_toy_target, "--drafter", "ngram", "--data", str(shared_data / "mt_bench" / "question.jsonl"),
-        "--num-prompts", "2", "--check-lossless", "--report", str(report_path), "--plot", str(plot),
-    )  # fmt: skip
+        tiny_toy_target,
+        "--drafter",
+        "ngram",
+        "--data",
+        str(shared_data / "mt_bench" / "question.jsonl"),
+        "--num-prompts",
+        "2",
+        "--check-lossless",
+        "--report",
+        str(report_path),
+        "--plot",
+        str(plot),
+    )
     assert code == 0
     report = json.loads(report_path.read_text())
     assert set(report) >= REPORT_KEYS
@@ -76,15 +97,39 @@ def test_second_turn_is_conditioned_on_the_models_own_first_answer():
 
 def test_gate_fails_with_status_3_and_checkpoint_gets_eval_json(tiny_toy_target, medusa_ckpt, capsys):
     code = run_eval(
-        tiny_toy_target, "--drafter", str(medusa_ckpt), "--data", "stdlib:heldout", "--num-prompts", "2",
-        "--tree", "topk:2", "--save-eval", "--min-tau", "100", "--no-baseline",
-    )  # fmt: skip
+        tiny_toy_target,
+        "--drafter",
+        str(medusa_ckpt),
+        "--data",
+        "stdlib:heldout",
+        "--num-prompts",
+        "2",
+        "--tree",
+        "topk:2",
+        "--save-eval",
+        "--min-tau",
+        "100",
+        "--no-baseline",
+    )
     assert code == 3
     assert "gate failed: tau" in capsys.readouterr().err
     saved = json.loads((medusa_ckpt / "eval.json").read_text())
     assert saved["settings"]["tree"] == "topk:2" and saved["speedup"] is None
-    assert run_eval(tiny_toy_target, "--drafter", str(medusa_ckpt), "--data", "stdlib:heldout",
-                    "--num-prompts", "1", "--min-tau", "1.0", "--no-baseline") == 0  # fmt: skip
+    assert (
+        run_eval(
+            tiny_toy_target,
+            "--drafter",
+            str(medusa_ckpt),
+            "--data",
+            "stdlib:heldout",
+            "--num-prompts",
+            "1",
+            "--min-tau",
+            "1.0",
+            "--no-baseline",
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -98,8 +143,10 @@ def test_gate_fails_with_status_3_and_checkpoint_gets_eval_json(tiny_toy_target,
         ),
         (["--drafter", "ngram", "--data", "stdlib:heldout", "--tree", "beam:2"], "chain, topk:K"),
         (["--drafter", "ngram", "--data", "stdlib:heldout", "--depth", "100000"], "--depth must be in 0..64"),
-        (["--drafter", "ngram", "--data", "stdlib:heldout", "--max-new-tokens", "10000000"],
-         "--max-new-tokens must be in 1.."),  # fmt: skip
+        (
+            ["--drafter", "ngram", "--data", "stdlib:heldout", "--max-new-tokens", "10000000"],
+            "--max-new-tokens must be in 1..",
+        ),
     ],
 )
 def test_bad_input_is_a_one_line_error(tiny_toy_target, args, message, capsys):
@@ -145,15 +192,23 @@ def test_the_evaluator_reads_a_config_file_overrides_and_flags_through_one_stric
     config.write_text("target: t\ndrafter: ngram\ndata: d.jsonl\ndepth: 3\ntree: topk:2\n")
     args = parse(["--config", str(config), "depth=4", "temperature=1", "--top-k", "5", "--no-baseline"])
     assert (args.target, args.depth, args.tree, args.temperature, args.top_k, args.baseline) == (
-        "t", 4, "topk:2", 1.0, 5, False)  # fmt: skip
+        "t",
+        4,
+        "topk:2",
+        1.0,
+        5,
+        False,
+    )
     assert parse(["--config", str(config), "--depth", "2", "depth=6"]).depth == 2  # the flag wins
     flags = parse(["--target", "t", "--drafter", "ngram", "--data", "x: y.jsonl", "--tree", "dynamic:4:16"])
     assert (flags.data, flags.tree, flags.depth) == ("x: y.jsonl", "dynamic:4:16", None)  # text stays text
     assert get_args(get_type_hints(EvalArgs)["kv_cache"]) == KV_CACHES
     assert "num_prompts (int, default 20)" in build_parser().format_help()
-    for argv, message in ((["--config", str(config), "depht=3"], "did you mean 'depth'"),
-                          (["--drafter", "ngram", "--data", "d"], "missing required key 'target'"),
-                          (["--config", str(config), "--depth", "four"], "depth: expected")):  # fmt: skip
+    for argv, message in (
+        (["--config", str(config), "depht=3"], "did you mean 'depth'"),
+        (["--drafter", "ngram", "--data", "d"], "missing required key 'target'"),
+        (["--config", str(config), "--depth", "four"], "depth: expected"),
+    ):
         with pytest.raises(SystemExit) as exit_:
             parse(argv)
         err = capsys.readouterr().err

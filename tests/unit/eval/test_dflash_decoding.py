@@ -38,8 +38,11 @@ def prompts(target):
 def dflash(target_model, block: int = 5, taps: list[int] | None = None, mask: int = 0) -> DFlashDrafter:
     torch.manual_seed(0)  # untrained: losslessness must not depend on the draft's quality
     L = target_model.config.num_hidden_layers
-    draft = DFlashDraft(DFlashConfig(block_size=block, num_layers=2, feature_layers=taps or [1, L - 1],
-                                     mask_token_id=mask), target_model.config, target_model.config.vocab_size)  # fmt: skip
+    draft = DFlashDraft(
+        DFlashConfig(block_size=block, num_layers=2, feature_layers=taps or [1, L - 1], mask_token_id=mask),
+        target_model.config,
+        target_model.config.vocab_size,
+    )
     draft.attach_target(target_model.get_input_embeddings(), target_model.get_output_embeddings())
     return DFlashDrafter(draft)
 
@@ -108,8 +111,12 @@ def test_trees_deeper_than_the_block_and_dynamic_trees_are_refused(target):
 def test_first_tokens_follow_the_target_distribution_at_t1():
     target_model = sharp_llama(seed=0, scale=8.0)
     target = FrozenTarget(target_model, types.SimpleNamespace(eos_token_id=None), "tiny-v5")
-    decoder = SpeculativeDecoder(target, dflash(target_model, block=3, taps=[1, 2], mask=4), parse_tree("chain", 2),
-                                 Sampling(temperature=1.0))  # fmt: skip
+    decoder = SpeculativeDecoder(
+        target,
+        dflash(target_model, block=3, taps=[1, 2], mask=4),
+        parse_tree("chain", 2),
+        Sampling(temperature=1.0),
+    )
     counts = torch.zeros(V, V, V)
     rejected_at_1 = 0
     for seed in range(RUNS):

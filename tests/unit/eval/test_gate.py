@@ -9,8 +9,17 @@ import pytest
 from draftsmith.eval.gate import main
 from draftsmith.scripts.cli import main as cli_main
 
-SETTINGS = {"target": "t", "data": "d", "num_prompts": 20, "max_new_tokens": 96, "temperature": 0.0,
-            "top_p": 1.0, "top_k": 0, "tree": "chain", "depth": 5}  # fmt: skip
+SETTINGS = {
+    "target": "t",
+    "data": "d",
+    "num_prompts": 20,
+    "max_new_tokens": 96,
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "tree": "chain",
+    "depth": 5,
+}
 
 
 def write(tmp_path, name: str, tau: float | None, lossless: bool | None = True, **settings) -> str:

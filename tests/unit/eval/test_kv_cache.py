@@ -72,7 +72,10 @@ def test_fp8_cache_keeps_what_feeding_only_the_path_would_have_stored():
     assert seq_length(cache) == cache.get_seq_length() == past + len(path)
     for got, want in zip(cache.layers, oracle.layers, strict=True):
         assert got._quantized_keys[0].dtype == torch.float8_e4m3fn
-        for a, b in ((got._quantized_keys, want._quantized_keys), (got._quantized_values, want._quantized_values)):
+        for a, b in (
+            (got._quantized_keys, want._quantized_keys),
+            (got._quantized_values, want._quantized_values),
+        ):
             assert torch.equal(a[0].view(torch.uint8), b[0].view(torch.uint8)) and torch.equal(a[1], b[1])
     nxt = torch.tensor([[7]])
     assert torch.equal(model(nxt, past_key_values=cache).logits, model(nxt, past_key_values=oracle).logits)
@@ -86,7 +89,13 @@ def test_fp8_cache_is_refused_for_linear_attention_targets():
 
     from draftsmith.eval.kv_cache import new_cache
 
-    config = Qwen3NextConfig(num_hidden_layers=4, hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
-                             intermediate_size=64, vocab_size=64)  # fmt: skip
+    config = Qwen3NextConfig(
+        num_hidden_layers=4,
+        hidden_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        vocab_size=64,
+    )
     with pytest.raises(ValueError, match="linear-attention layers: use --kv-cache auto"):
         new_cache(config, "fp8")

@@ -63,7 +63,9 @@ def peagle_drafter(target_model) -> PEagleDrafter:
     """Untrained; the mask id 1 is also a real token of the V=5 vocabulary, so outputs equal it often. Seed 2: its
     first draft is accepted about a quarter of the time."""
     torch.manual_seed(2)
-    cfg = PEagleConfig(feature_layers=[0, 1, 2], num_layers=2, num_depths=2, mask_token_id=1, mask_embedding="learned")
+    cfg = PEagleConfig(
+        feature_layers=[0, 1, 2], num_layers=2, num_depths=2, mask_token_id=1, mask_embedding="learned"
+    )
     draft = PEagleDraft(cfg, target_model.config, V)
     draft.attach_target(target_model.get_input_embeddings(), target_model.get_output_embeddings())
     return PEagleDrafter(draft)
@@ -84,8 +86,11 @@ def test_first_tokens_follow_the_target_distribution(drafter, tree, sampling):
     target_model = sharp_llama(seed=0, scale=8.0)
     target = FrozenTarget(target_model, types.SimpleNamespace(eos_token_id=None), "tiny-v5")
     # unrelated / untrained models: poor drafters
-    builders = {"lm": lambda m: LMDrafter(sharp_llama(seed=1, scale=8.0)), "eagle3": eagle3_drafter,
-                "peagle": peagle_drafter}  # fmt: skip
+    builders = {
+        "lm": lambda m: LMDrafter(sharp_llama(seed=1, scale=8.0)),
+        "eagle3": eagle3_drafter,
+        "peagle": peagle_drafter,
+    }
     draft = builders[drafter](target_model)
     decoder = SpeculativeDecoder(target, draft, parse_tree(tree, 2), sampling)
     counts = torch.zeros(V, V, V)

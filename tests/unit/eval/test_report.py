@@ -9,8 +9,10 @@ from draftsmith.eval.report import tau_stderr
 
 
 def gen(committed: list[int]) -> Generation:
-    steps = [Step(draft_tokens=4, depth=4, accepted=c - 1, committed=c, cache_len=0, draft_s=0, verify_s=0)
-             for c in committed]  # fmt: skip
+    steps = [
+        Step(draft_tokens=4, depth=4, accepted=c - 1, committed=c, cache_len=0, draft_s=0, verify_s=0)
+        for c in committed
+    ]
     return Generation(tokens=[0] * (sum(committed) + 1), steps=steps)
 
 

@@ -48,7 +48,9 @@ def test_not_a_checkpoint(tmp_path):
 
 def test_registry():
     assert drafter_class("medusa") is MedusaHeads
-    with pytest.raises(ValueError, match="known kinds: dflash, draft_lm, eagle, eagle3, medusa, mtp, ngram, peagle"):
+    with pytest.raises(
+        ValueError, match="known kinds: dflash, draft_lm, eagle, eagle3, medusa, mtp, ngram, peagle"
+    ):
         drafter_class("nope")
     with pytest.raises(ValueError, match="registered twice"):
         index((FAMILIES["medusa"], FAMILIES["medusa"]))
@@ -88,15 +90,21 @@ def test_one_flipped_byte_in_the_weights_is_refused_by_load_export_and_eval(tmp_
 
     out = _saved_heads(tiny_random_target, tmp_path / "final")
     weights = out / "model.safetensors"
-    assert read_drafter_config(out)["weights_sha256"]["model.safetensors"] == __import__("hashlib").sha256(
-        weights.read_bytes()
-    ).hexdigest()
+    assert (
+        read_drafter_config(out)["weights_sha256"]["model.safetensors"]
+        == __import__("hashlib").sha256(weights.read_bytes()).hexdigest()
+    )
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0x40  # a flipped bit inside a tensor: still a valid safetensors file
     weights.write_bytes(bytes(data))
-    for load in (lambda: load_drafter(out), lambda: read_source(out),
-                 lambda: load_drafter_spec(str(out), tiny_random_target)):  # fmt: skip
-        with pytest.raises(DamagedFile, match=r"model.safetensors does not match the sha256 recorded in .*config.json"):
+    for load in (
+        lambda: load_drafter(out),
+        lambda: read_source(out),
+        lambda: load_drafter_spec(str(out), tiny_random_target),
+    ):
+        with pytest.raises(
+            DamagedFile, match=r"model.safetensors does not match the sha256 recorded in .*config.json"
+        ):
             load()
 
 
@@ -116,11 +124,14 @@ def test_damaged_or_mismatched_checkpoint_files_name_the_file(tmp_path, tiny_ran
     with pytest.raises(DamagedFile, match=r"a/model.safetensors is not a readable safetensors file"):
         load_drafter(out)
     # Weights of another drafter under this config (three heads' weights, a two-head config).
-    other = MedusaHeads(MedusaConfig(num_heads=3, num_layers=1), tiny_random_target.hidden_size,
-                        tiny_random_target.vocab_size)  # fmt: skip
+    other = MedusaHeads(
+        MedusaConfig(num_heads=3, num_layers=1), tiny_random_target.hidden_size, tiny_random_target.vocab_size
+    )
     b = save_drafter(tmp_path / "b", other, tiny_random_target.identity())
     (out / "model.safetensors").write_bytes((b / "model.safetensors").read_bytes())
-    with pytest.raises(UserError, match=r"does not hold the weights of the medusa drafter its config.json describes"):
+    with pytest.raises(
+        UserError, match=r"does not hold the weights of the medusa drafter its config.json describes"
+    ):
         load_drafter(out)
 
 

@@ -28,8 +28,9 @@ V, MASK = 50, 7
 def draft() -> DFlashDraft:
     target = make_tiny_llama(V, layers=4, hidden=32)
     torch.manual_seed(1)
-    d = DFlashDraft(DFlashConfig(block_size=4, num_layers=2, feature_layers=[1, 3], mask_token_id=MASK),
-                    target.config, V)  # fmt: skip
+    d = DFlashDraft(
+        DFlashConfig(block_size=4, num_layers=2, feature_layers=[1, 3], mask_token_id=MASK), target.config, V
+    )
     with torch.no_grad():  # away from the identity-ish init, so that a wrong mask or position shows
         for name, p in d.named_parameters():
             if "norm" in name:
@@ -161,8 +162,9 @@ def test_prefix_counts_only_blocks_right_up_to_the_slot():
     draft = torch.zeros(1, 1, 3, 4)
     draft[0, 0, 0, 0] = draft[0, 0, 2, 0] = 5.0
     draft[0, 0, 1, 2] = 5.0
-    _, _, m = block_slot_loss(draft, torch.zeros(1, 1, 3, dtype=torch.long), torch.ones(1, 1, 3, dtype=torch.bool),
-                              target, "ce")  # fmt: skip
+    _, _, m = block_slot_loss(
+        draft, torch.zeros(1, 1, 3, dtype=torch.long), torch.ones(1, 1, 3, dtype=torch.bool), target, "ce"
+    )
     assert m["top1"].tolist() == [1.0, 0.0, 1.0]
     assert m["prefix"].tolist() == [1.0, 0.0, 0.0]  # slot 3 is right, but the chain broke at slot 2
     p = torch.softmax(target[0, 0], -1)

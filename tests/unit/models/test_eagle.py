@@ -66,8 +66,13 @@ def test_ttt_unroll_equals_a_chain_of_drafts_at_inference(llama):
     nxt = shift_left(ids)
     for t in range(T):
         cache = DynamicCache()
-        h = draft.step(draft.project(g[:, : t + 1]), nxt[:, : t + 1], torch.arange(t + 1)[None],
-                       causal_mask(t + 1), cache)[:, -1:]  # fmt: skip
+        h = draft.step(
+            draft.project(g[:, : t + 1]),
+            nxt[:, : t + 1],
+            torch.arange(t + 1)[None],
+            causal_mask(t + 1),
+            cache,
+        )[:, -1:]
         torch.testing.assert_close(draft.logits(h)[0, 0], steps[0][0, t], atol=1e-5, rtol=1e-5)
         for s in range(1, len(steps)):
             token = ids[:, t + s + 1 : t + s + 2] if t + s + 1 < T else torch.zeros(1, 1, dtype=torch.long)

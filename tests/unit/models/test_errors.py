@@ -11,22 +11,39 @@ from draftsmith.runtime.errors import UserError, run_main
 def _raise(exc):
     def main(argv):
         raise exc
+
     return main
 
-@pytest.mark.parametrize(("exc", "expected"), [
-    (OSError(errno.ENOSPC, "No space left on device", "/tmp/run/checkpoint-4.tmp/model.safetensors"),
-     "no space left on /tmp"),
-    # What safetensors and torch.save raise on a full 1 MB tmpfs (measured): their own types, not OSError.
-    (RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"), "no space left on"),
-    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"), "no space left on"),
-    (OSError(errno.EROFS, "Read-only file system", "/mnt/ro/run"), "/mnt/ro/run is on a read-only filesystem"),
-    (PermissionError(errno.EACCES, "Permission denied", "/root/x"), "permission denied: /root/x"),
-    (UserError("busy"), "busy"),
-])
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/tmp/run/checkpoint-4.tmp/model.safetensors"),
+            "no space left on /tmp",
+        ),
+        # What safetensors and torch.save raise on a full 1 MB tmpfs (measured): their own types, not OSError.
+        (
+            RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"),
+            "no space left on",
+        ),
+        (
+            RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
+            "no space left on",
+        ),
+        (
+            OSError(errno.EROFS, "Read-only file system", "/mnt/ro/run"),
+            "/mnt/ro/run is on a read-only filesystem",
+        ),
+        (PermissionError(errno.EACCES, "Permission denied", "/root/x"), "permission denied: /root/x"),
+        (UserError("busy"), "busy"),
+    ],
+)
 def test_faults_become_one_line(exc, expected, capsys):
     assert run_main(_raise(exc)) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and expected in err and "Traceback" not in err
+
 
 def test_a_bug_keeps_its_traceback():
     with pytest.raises(KeyError):
@@ -46,5 +63,12 @@ def test_require_space_names_both_figures(tmp_path, monkeypatch):
     require_space(tmp_path / "run" / "not-yet", 2_400_000_000, "checkpoint-4")  # fits: no error
     with pytest.raises(DiskFull) as err:
         require_space(tmp_path / "run" / "not-yet", 3_000_000_000, "checkpoint-4")
-    assert str(err.value).startswith(f"no space left on {tmp_path}/run/not-yet: 2.5 GB free, checkpoint-4 needs ~3.0 GB")
-    assert [format_bytes(n) for n in (999, 1000, 1_234_567, 5 * 10**12)] == ["999 B", "1.0 KB", "1.2 MB", "5000.0 GB"]
+    assert str(err.value).startswith(
+        f"no space left on {tmp_path}/run/not-yet: 2.5 GB free, checkpoint-4 needs ~3.0 GB"
+    )
+    assert [format_bytes(n) for n in (999, 1000, 1_234_567, 5 * 10**12)] == [
+        "999 B",
+        "1.0 KB",
+        "1.2 MB",
+        "5000.0 GB",
+    ]

@@ -48,8 +48,13 @@ def test_every_part_exists_or_says_why_not(kind):
 def test_draft_lm_and_ngram_are_kinds_like_the_others():
     assert {"draft_lm", "ngram"} <= set(FAMILIES)
     methods = train_methods()
-    expected = {"distill": ["draft_lm"], "eagle": ["eagle", "eagle3"], "medusa": ["medusa"], "mtp": ["mtp"],
-                "dflash": ["dflash"]}  # fmt: skip
+    expected = {
+        "distill": ["draft_lm"],
+        "eagle": ["eagle", "eagle3"],
+        "medusa": ["medusa"],
+        "mtp": ["mtp"],
+        "dflash": ["dflash"],
+    }
     assert {m: methods.get(m) for m in expected} == expected
 
 

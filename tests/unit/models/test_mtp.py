@@ -107,9 +107,18 @@ def test_nextn_export_layout_round_trips_and_refuses_a_foreign_embedding(tiny_ra
     second = {
         k.removeprefix(f"model.layers.{L + 1}.") for k in state if k.startswith(f"model.layers.{L + 1}.")
     }
-    assert {"enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight", "shared_head.head.weight",
-            "embed_tokens.weight", "input_layernorm.weight", "post_attention_layernorm.weight",
-            "self_attn.q_proj.weight", "mlp.down_proj.weight"} <= second  # fmt: skip
+    assert {
+        "enorm.weight",
+        "hnorm.weight",
+        "eh_proj.weight",
+        "shared_head.norm.weight",
+        "shared_head.head.weight",
+        "embed_tokens.weight",
+        "input_layernorm.weight",
+        "post_attention_layernorm.weight",
+        "self_attn.q_proj.weight",
+        "mlp.down_proj.weight",
+    } <= second
     assert state[f"model.layers.{L}.eh_proj.weight"].shape == (target.hidden_size, 2 * target.hidden_size)
     fresh = MTPDraft(MTPConfig(num_modules=2), target.model.config, target.vocab_size).eval()
     fresh.attach_target(target.embed_tokens, target.head)

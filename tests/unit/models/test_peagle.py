@@ -35,8 +35,13 @@ def llama():
 
 
 def peagle(llama, layers: int = 2, depths: int = 3, vd: int = V) -> PEagleDraft:
-    cfg = PEagleConfig(feature_layers=[1, 2, 3], num_layers=layers, num_depths=depths, mask_token_id=5,
-                       mask_embedding="learned")  # fmt: skip
+    cfg = PEagleConfig(
+        feature_layers=[1, 2, 3],
+        num_layers=layers,
+        num_depths=depths,
+        mask_token_id=5,
+        mask_embedding="learned",
+    )
     draft = PEagleDraft(cfg, llama.config, vd)
     _randomize(draft, 1)
     draft.attach_target(llama.get_input_embeddings(), llama.get_output_embeddings())
@@ -117,7 +122,9 @@ def test_training_items_equal_one_pass_inference(llama):
     trained = torch.ones(T, dtype=torch.bool)
     trained[-1] = False
     anchors, depths, _ = cod_sample(trained, D, 1.0, 0.0, torch.Generator())
-    logits = draft.logits(draft(g, ids, anchors[None], depths[None], torch.ones(1, anchors.numel(), dtype=torch.bool)))[0]
+    logits = draft.logits(
+        draft(g, ids, anchors[None], depths[None], torch.ones(1, anchors.numel(), dtype=torch.bool))
+    )[0]
     drafter = PEagleDrafter(draft)
     drafter.start()
     seen = 0
@@ -156,16 +163,22 @@ def test_item_labels_are_eagle3s_step_d_at_column_a():
     """Hand-checked: T = 6, trained tokens x_1..x_3, all real. Item (a, d) predicts x_{a+d+2}: its label is the
     target's distribution at column a+d+1, and it trains iff x_{a+d} is trained and a+d+1 is real, which is
     EAGLE-3's TTT step d at column a (train/eagle.py `step_masks`)."""
-    batch = {"input_ids": torch.zeros(1, 6, dtype=torch.long), "loss_mask": torch.tensor([[0, 1, 1, 1, 0, 0]]),
-             "attention_mask": torch.ones(1, 6, dtype=torch.long),
-             "items_anchor": torch.tensor([[0, 1, 2, 1, 2, 4, 1]]), "items_depth": torch.tensor([[0, 0, 0, 1, 1, 0, 2]]),
-             "items_valid": torch.tensor([[True, True, True, True, True, True, False]])}  # fmt: skip
+    batch = {
+        "input_ids": torch.zeros(1, 6, dtype=torch.long),
+        "loss_mask": torch.tensor([[0, 1, 1, 1, 0, 0]]),
+        "attention_mask": torch.ones(1, 6, dtype=torch.long),
+        "items_anchor": torch.tensor([[0, 1, 2, 1, 2, 4, 1]]),
+        "items_depth": torch.tensor([[0, 0, 0, 1, 1, 0, 2]]),
+        "items_valid": torch.tensor([[True, True, True, True, True, True, False]]),
+    }
     weights, columns = item_targets(batch)
     assert columns.tolist() == [[1, 2, 3, 3, 4, 5, 4]]
     # (0,0): x_0 untrained; (1,0), (2,0): x_1, x_2; (1,1): x_2; (2,1): x_3; (4,0): x_4 untrained; padding never.
     assert weights.tolist() == [[False, True, True, True, True, False, False]]
     masks = step_masks(batch, 3)
-    for j, (a, d) in enumerate(zip(batch["items_anchor"][0].tolist(), batch["items_depth"][0].tolist(), strict=True)):
+    for j, (a, d) in enumerate(
+        zip(batch["items_anchor"][0].tolist(), batch["items_depth"][0].tolist(), strict=True)
+    ):
         if batch["items_valid"][0, j]:
             assert bool(weights[0, j]) == bool(masks[d][0, a])
 
@@ -190,7 +203,9 @@ def test_depth_loss_equals_eagle3_step_loss_per_depth():
 
 def test_method_terms_count_each_depths_items(tiny_random_target):
     target = tiny_random_target
-    cfg = PEagleConfig(feature_layers=[1, 2, 3], num_layers=2, num_depths=3, mask_token_id=0, mask_embedding="frozen")
+    cfg = PEagleConfig(
+        feature_layers=[1, 2, 3], num_layers=2, num_depths=3, mask_token_id=0, mask_embedding="frozen"
+    )
     draft = PEagleDraft(cfg, target.model.config, target.vocab_size)
     draft.attach_target(target.embed_tokens, target.head)
     method = PEagleMethod(target, draft, seed=0, loss_chunk=16)
@@ -241,14 +256,22 @@ def test_item_dpace_weights_equal_the_chains_written_out(ratio, seed):
     g = torch.Generator().manual_seed(seed)
     rows = [cod_sample(_trained(S, seed + S), 5, ratio, 0.2, g) for S in (30, 22)]
     N = max(a.numel() for a, *_ in rows)
-    batch = {"items_anchor": torch.zeros(2, N, dtype=torch.long), "items_depth": torch.zeros(2, N, dtype=torch.long),
-             "items_valid": torch.zeros(2, N, dtype=torch.bool), "items_inclusion": torch.ones(2, N)}  # fmt: skip
+    batch = {
+        "items_anchor": torch.zeros(2, N, dtype=torch.long),
+        "items_depth": torch.zeros(2, N, dtype=torch.long),
+        "items_valid": torch.zeros(2, N, dtype=torch.bool),
+        "items_inclusion": torch.ones(2, N),
+    }
     for b, (a, d, pi) in enumerate(rows):
         n = a.numel()
         batch["items_anchor"][b, :n], batch["items_depth"][b, :n] = a, d
         batch["items_valid"][b, :n], batch["items_inclusion"][b, :n] = True, pi
     # ratio 1 keeps all but a chain or two (n_d = M - d); 0.7 thins the deep items
-    assert float(batch["items_inclusion"].min()) > 0.9 if ratio == 1.0 else float(batch["items_inclusion"].min()) < 0.5
+    assert (
+        float(batch["items_inclusion"].min()) > 0.9
+        if ratio == 1.0
+        else float(batch["items_inclusion"].min()) < 0.5
+    )
     ce = torch.rand(2, N, generator=g) * 3
     valid = batch["items_valid"] & (torch.rand(2, N, generator=g) > 0.15)  # some untrained slots mid-chain
     got = item_dpace_weights(ce, valid, batch, 5, 0.6)
@@ -290,8 +313,15 @@ def test_dpace_terms_equal_the_items_weighted_loss(tiny_random_target):
     from draftsmith.models.objectives import ObjectiveConfig
 
     target = tiny_random_target
-    cfg = PEagleConfig(feature_layers=[1, 2, 3], num_layers=2, num_depths=4, mask_token_id=0, mask_embedding="frozen",
-                       cod_ratio=0.6, cod_min_ratio=0.1)  # fmt: skip
+    cfg = PEagleConfig(
+        feature_layers=[1, 2, 3],
+        num_layers=2,
+        num_depths=4,
+        mask_token_id=0,
+        mask_embedding="frozen",
+        cod_ratio=0.6,
+        cod_min_ratio=0.1,
+    )
     torch.manual_seed(0)
     draft = PEagleDraft(cfg, target.model.config, target.vocab_size)
     _randomize(draft, 2)
@@ -365,9 +395,20 @@ def test_draftsmith_train_peagle_runs_and_decodes_losslessly(tiny_toy_target, tm
     from draftsmith.train.core.metrics import read_metrics
 
     out = tmp_path / "run"
-    cmd = ["draftsmith", "train", "peagle", "--config", str(REPO / "recipes" / "peagle" / "tiny.yaml"),
-           f"target.path={tiny_toy_target}", f"output_dir={out}", "train.max_steps=3", "checkpoint.every=0",
-           "data.max_samples=24", "data.eval_max_samples=4", "data.max_len=96"]  # fmt: skip
+    cmd = [
+        "draftsmith",
+        "train",
+        "peagle",
+        "--config",
+        str(REPO / "recipes" / "peagle" / "tiny.yaml"),
+        f"target.path={tiny_toy_target}",
+        f"output_dir={out}",
+        "train.max_steps=3",
+        "checkpoint.every=0",
+        "data.max_samples=24",
+        "data.eval_max_samples=4",
+        "data.max_len=96",
+    ]
     proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [r for r in read_metrics(out / "metrics.jsonl") if "train/loss" in r]

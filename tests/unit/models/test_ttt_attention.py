@@ -18,7 +18,9 @@ def oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> t
     return F.scaled_dot_product_attention(q, k, v, attn_mask=ttt_mask(T, steps - 1), scale=scale)
 
 
-def inputs(heads: int, kv_heads: int, T: int, steps: int, magnitude: float, seed: int = 0, dtype=torch.float64):
+def inputs(
+    heads: int, kv_heads: int, T: int, steps: int, magnitude: float, seed: int = 0, dtype=torch.float64
+):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(2, heads, T, 8, generator=g, dtype=dtype) * magnitude
     k = torch.randn(2, kv_heads, steps * T, 8, generator=g, dtype=dtype) * magnitude
@@ -51,7 +53,9 @@ def test_float32_scores_beyond_exp_range():
     inf / nan. Against the float64 result, the error is that of float32 SDPA with the explicit mask."""
     q, k, v = inputs(4, 2, 16, 7, 20.0)
     scale = 8**-0.5
-    assert float((q @ k.repeat_interleave(2, 1).transpose(-1, -2)).amax() * scale) > 100  # as extreme as claimed
+    assert (
+        float((q @ k.repeat_interleave(2, 1).transpose(-1, -2)).amax() * scale) > 100
+    )  # as extreme as claimed
     exact = oracle(q, k, v, scale)
     q32, k32, v32 = (x.detach().float() for x in (q, k, v))
     got, sdpa32 = ttt_attention(q32, k32, v32, scale), oracle(q32, k32, v32, scale)
@@ -79,4 +83,6 @@ def test_other_masks_go_to_sdpa_unchanged():
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5).transpose(1, 2)
     assert torch.equal(out, want)
     ttt, _ = draft_attention_forward(module, q, k, v, TTT_PATTERN, scaling=0.5)
-    assert torch.allclose(ttt, F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5).transpose(1, 2))
+    assert torch.allclose(
+        ttt, F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5).transpose(1, 2)
+    )

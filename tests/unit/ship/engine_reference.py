@@ -61,8 +61,14 @@ def mlp(x: torch.Tensor, w: dict[str, torch.Tensor], p: str) -> torch.Tensor:
     return (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
 
 
-def eagle3_step0(export_dir: Path, features: torch.Tensor, next_ids: torch.Tensor, embedding: torch.Tensor,
-                 prefix: str, cfg_key: str | None = None) -> torch.Tensor:  # fmt: skip
+def eagle3_step0(
+    export_dir: Path,
+    features: torch.Tensor,
+    next_ids: torch.Tensor,
+    embedding: torch.Tensor,
+    prefix: str,
+    cfg_key: str | None = None,
+) -> torch.Tensor:
     """Official (`midlayer.`) or speculators (`layers.0.`) EAGLE-3: first-step logits over the TARGET vocabulary
     (-inf outside the draft vocabulary), `features [T, 3H]`, `next_ids [T]` (token t+1 at column t)."""
     config, w = read(export_dir)
@@ -70,8 +76,13 @@ def eagle3_step0(export_dir: Path, features: torch.Tensor, next_ids: torch.Tenso
     cfg = {**cfg, "rope_theta": cfg.get("rope_theta") or cfg["rope_parameters"]["rope_theta"]}
     eps = cfg["rms_norm_eps"]
     hidden = features @ w["fc.weight"].T
-    u = torch.cat([rms(embedding[next_ids], w[prefix + "input_layernorm.weight"], eps),
-                   rms(hidden, w[prefix + "hidden_norm.weight"], eps)], -1)  # fmt: skip
+    u = torch.cat(
+        [
+            rms(embedding[next_ids], w[prefix + "input_layernorm.weight"], eps),
+            rms(hidden, w[prefix + "hidden_norm.weight"], eps),
+        ],
+        -1,
+    )
     a = hidden + attention(u, w, prefix, cfg)
     a = a + mlp(rms(a, w[prefix + "post_attention_layernorm.weight"], eps), w, prefix)
     draft_logits = rms(a, w["norm.weight"], eps) @ w["lm_head.weight"].T
@@ -80,8 +91,13 @@ def eagle3_step0(export_dir: Path, features: torch.Tensor, next_ids: torch.Tenso
     return out
 
 
-def eagle1_step(export_dir: Path, features: torch.Tensor, next_ids: torch.Tensor, embedding: torch.Tensor,
-                lm_head: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def eagle1_step(
+    export_dir: Path,
+    features: torch.Tensor,
+    next_ids: torch.Tensor,
+    embedding: torch.Tensor,
+    lm_head: torch.Tensor,
+) -> torch.Tensor:
     """Official EAGLE-1: logits of the predicted next feature through the target's LM head."""
     cfg, w = read(export_dir)
     x = torch.cat([embedding[next_ids], features], -1) @ w["fc.weight"].T
@@ -119,8 +135,11 @@ def nextn_module1(export_dir: Path, hidden: torch.Tensor, next_ids: torch.Tensor
     and the embedding of token t+1 at column t -> logits of token t+2, with the layer's own shared tensors."""
     cfg, w = read(export_dir)
     L, eps = cfg["num_hidden_layers"], cfg["rms_norm_eps"]
-    cfg = {**cfg, "rope_theta": cfg.get("rope_theta") or cfg["rope_parameters"]["rope_theta"],
-           "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]}  # fmt: skip
+    cfg = {
+        **cfg,
+        "rope_theta": cfg.get("rope_theta") or cfg["rope_parameters"]["rope_theta"],
+        "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
+    }
     p = f"model.layers.{L}."
     emb = w[p + "embed_tokens.weight"][next_ids]
     x = torch.cat([rms(emb, w[p + "enorm.weight"], eps), rms(hidden, w[p + "hnorm.weight"], eps)], -1)

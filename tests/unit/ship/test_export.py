@@ -49,8 +49,11 @@ def _randomize(model: torch.nn.Module, seed: int) -> None:
 
 
 def _eagle3(target: FrozenTarget, layer: str = "llama") -> Eagle3Draft:
-    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=[1, 2, 3], draft_vocab_size=VD, ttt_steps=3,
-                                    layer=layer), target.model.config, VD)  # fmt: skip
+    draft = Eagle3Draft(
+        EagleConfig(version=3, feature_layers=[1, 2, 3], draft_vocab_size=VD, ttt_steps=3, layer=layer),
+        target.model.config,
+        VD,
+    )
     counts = torch.randint(0, 1000, (target.vocab_size,), generator=torch.Generator().manual_seed(1))
     draft.set_vocab_map(*build_vocab_map(counts, VD))
     _randomize(draft, 2)
@@ -75,8 +78,13 @@ def _mtp(target: FrozenTarget) -> MTPDraft:
     return draft
 
 
-BUILDERS = {"eagle3": _eagle3, "eagle": _eagle1, "medusa": _medusa, "mtp": _mtp,
-            "eagle3_qwen3": lambda target: _eagle3(target, "qwen3")}
+BUILDERS = {
+    "eagle3": _eagle3,
+    "eagle": _eagle1,
+    "medusa": _medusa,
+    "mtp": _mtp,
+    "eagle3_qwen3": lambda target: _eagle3(target, "qwen3"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +126,10 @@ def test_layer_id_table_matches_the_engines_conventions():
 
 
 def test_eagle3_exports_carry_each_engines_layer_ids(checkpoints, target, tmp_path):
-    for engine, key, want in (("vllm", "eagle_aux_hidden_state_layer_ids", [1, 2, 3]),
-                              ("sglang", "eagle_config", [0, 1, 2])):  # fmt: skip
+    for engine, key, want in (
+        ("vllm", "eagle_aux_hidden_state_layer_ids", [1, 2, 3]),
+        ("sglang", "eagle_config", [0, 1, 2]),
+    ):
         out, _, _ = export(checkpoints["eagle3"], engine, tmp_path / engine)
         config = json.loads((out / "config.json").read_text())
         ids = config[key] if engine == "vllm" else config[key]["eagle_aux_hidden_state_layer_ids"]
@@ -131,8 +141,10 @@ def test_eagle3_exports_carry_each_engines_layer_ids(checkpoints, target, tmp_pa
 # ---- every layout, re-read by a loader written from the engine's documentation ----------------------------
 
 
-@pytest.mark.parametrize("engine,prefix,cfg_key", [("sglang", "midlayer.", None),
-                                                   ("vllm", "layers.0.", "transformer_layer_config")])  # fmt: skip
+@pytest.mark.parametrize(
+    "engine,prefix,cfg_key",
+    [("sglang", "midlayer.", None), ("vllm", "layers.0.", "transformer_layer_config")],
+)
 def test_eagle3_export_computes_the_trained_logits(checkpoints, target, tmp_path, engine, prefix, cfg_key):
     out, _, _ = export(checkpoints["eagle3"], engine, tmp_path / engine)
     draft = _loaded("eagle3", checkpoints["eagle3"], target)
@@ -160,8 +172,9 @@ def test_eagle3_with_the_qwen3_draft_layer_exports_to_vllm_only(checkpoints, tar
     g, ids = _inputs(target, width=3)
     with torch.no_grad():
         ours = draft.unroll(g, ids)[0][0]
-        theirs = ref.eagle3_step0(out, g[0], shift_left(ids)[0], target.embed_tokens.weight, "layers.0.",
-                                  "transformer_layer_config")  # fmt: skip
+        theirs = ref.eagle3_step0(
+            out, g[0], shift_left(ids)[0], target.embed_tokens.weight, "layers.0.", "transformer_layer_config"
+        )
     target_ids = draft.to_target_ids(torch.arange(VD))
     torch.testing.assert_close(theirs[:, target_ids], ours, atol=1e-5, rtol=1e-5)
     for engine in ("sglang", "hf"):
@@ -216,7 +229,9 @@ def deepseek(toy_tokenizer, tmp_path_factory) -> tuple[FrozenTarget, Path]:
 
 
 def test_mtp_is_refused_for_a_target_family_without_native_mtp(checkpoints, tmp_path):
-    with pytest.raises(ExportError, match=r"no serving engine loads mtp drafters for a llama target.*DeepSeek-V3"):
+    with pytest.raises(
+        ExportError, match=r"no serving engine loads mtp drafters for a llama target.*DeepSeek-V3"
+    ):
         export(checkpoints["mtp"], "vllm", tmp_path / "mtp")
     assert not (tmp_path / "mtp").exists()
 
@@ -239,8 +254,11 @@ def test_mtp_nextn_export_is_what_the_familys_own_loader_reads(deepseek, tmp_pat
     own = {"enorm", "hnorm", "eh_proj", "shared_head", "embed_tokens"}
     for k in range(2):
         prefix = f"model.layers.{L + k}."
-        block = {"model.layers.0." + n.removeprefix(prefix): t for n, t in exported.items()
-                 if n.startswith(prefix) and n.removeprefix(prefix).split(".")[0] not in own}  # fmt: skip
+        block = {
+            "model.layers.0." + n.removeprefix(prefix): t
+            for n, t in exported.items()
+            if n.startswith(prefix) and n.removeprefix(prefix).split(".")[0] not in own
+        }
         one = AutoConfig.from_pretrained(str(target.name_or_path))
         one.num_hidden_layers, one.first_k_dense_replace = 1, 0
         one_dir = tmp_path / f"one-{k}"
@@ -418,11 +436,17 @@ def test_tensors_the_engine_does_not_know_are_refused(checkpoints, target, tmp_p
 
 
 def test_non_finite_weights_and_a_foreign_target_are_refused(checkpoints, target, tmp_path):
-    broken = _broken(checkpoints["medusa"], tmp_path / "nan",
-                     state_edit=lambda s: s["heads.0.0.linear.weight"].fill_(float("nan")))  # fmt: skip
+    broken = _broken(
+        checkpoints["medusa"],
+        tmp_path / "nan",
+        state_edit=lambda s: s["heads.0.0.linear.weight"].fill_(float("nan")),
+    )
     _refused(broken, "vllm", tmp_path / "nan" / "out", "NaN")
-    foreign = _broken(checkpoints["medusa"], tmp_path / "foreign",
-                      config_edit=lambda c: c["target"].update(vocab_size=32000))  # fmt: skip
+    foreign = _broken(
+        checkpoints["medusa"],
+        tmp_path / "foreign",
+        config_edit=lambda c: c["target"].update(vocab_size=32000),
+    )
     _refused(foreign, "vllm", tmp_path / "foreign" / "out", "trained for another target")
 
 
@@ -482,7 +506,13 @@ def test_another_target_of_the_same_shapes_and_tokenizer_is_refused(checkpoints,
     other = tmp_path / "finetune"
     tuned.save_pretrained(other)
     target.tokenizer.save_pretrained(other)
-    _refused(checkpoints["eagle3"], "vllm", tmp_path / "out", r"trained for another target: weights_sha256", str(other))
+    _refused(
+        checkpoints["eagle3"],
+        "vllm",
+        tmp_path / "out",
+        r"trained for another target: weights_sha256",
+        str(other),
+    )
     finetune = FrozenTarget.load(TargetConfig(path=str(other), dtype="float32"))
     with pytest.raises(ValueError, match=r"weights_sha256: trained for"):
         load_drafter_spec(str(checkpoints["eagle3"]), finetune)

@@ -27,8 +27,11 @@ def target(saved_tiny_target):
 
 @pytest.fixture(scope="module")
 def checkpoint(target, tmp_path_factory) -> Path:
-    draft = DFlashDraft(DFlashConfig(block_size=B, num_layers=2, feature_layers=TAPS, mask_token_id=MASK),
-                        target.model.config, target.vocab_size)  # fmt: skip
+    draft = DFlashDraft(
+        DFlashConfig(block_size=B, num_layers=2, feature_layers=TAPS, mask_token_id=MASK),
+        target.model.config,
+        target.vocab_size,
+    )
     g = torch.Generator().manual_seed(2)
     with torch.no_grad():
         for name, p in draft.named_parameters():
@@ -37,8 +40,15 @@ def checkpoint(target, tmp_path_factory) -> Path:
     return save_drafter(tmp_path_factory.mktemp("dflash") / "ckpt", draft, target.identity())
 
 
-def reference_block(export_dir: Path, hidden_states: tuple[torch.Tensor, ...], ids: torch.Tensor, anchor: int,
-                    embedding: torch.Tensor, lm_head: torch.Tensor | None, engine: str) -> torch.Tensor:  # fmt: skip
+def reference_block(
+    export_dir: Path,
+    hidden_states: tuple[torch.Tensor, ...],
+    ids: torch.Tensor,
+    anchor: int,
+    embedding: torch.Tensor,
+    lm_head: torch.Tensor | None,
+    engine: str,
+) -> torch.Tensor:
     """Slot logits `[B, V]` of the block anchored at `anchor`, as the engine's DFlash module computes them."""
     config, w = ref.read(export_dir)
     if engine == "sglang":
@@ -120,8 +130,11 @@ def test_a_dflash_export_with_a_wrong_mask_token_is_refused(checkpoint, target, 
 
     def wrong(source, target_info, engine):
         built, spec = real(source, target_info, engine)
-        built.config["dflash_config"] = {**built.config["dflash_config"], "mask_token_id": MASK + 1,
-                                         "target_layer_ids": TAPS}  # fmt: skip
+        built.config["dflash_config"] = {
+            **built.config["dflash_config"],
+            "mask_token_id": MASK + 1,
+            "target_layer_ids": TAPS,
+        }
         return built, spec
 
     monkeypatch.setattr("draftsmith.ship.export.layout_for", lambda kind, to: wrong)

@@ -24,11 +24,20 @@ VD, LAYERS, DEPTHS, MASK = 100, 3, 4, 7
 @pytest.fixture(scope="module")
 def ckpt(saved_tiny_target, tmp_path_factory) -> Path:
     target = saved_tiny_target
-    cfg = PEagleConfig(feature_layers=[1, 2, 3], draft_vocab_size=VD, num_layers=LAYERS, num_depths=DEPTHS,
-                       mask_token_id=MASK, mask_embedding="learned")  # fmt: skip
+    cfg = PEagleConfig(
+        feature_layers=[1, 2, 3],
+        draft_vocab_size=VD,
+        num_layers=LAYERS,
+        num_depths=DEPTHS,
+        mask_token_id=MASK,
+        mask_embedding="learned",
+    )
     draft = PEagleDraft(cfg, target.model.config, VD)
-    draft.set_vocab_map(*build_vocab_map(torch.randint(0, 1000, (target.vocab_size,),
-                                                       generator=torch.Generator().manual_seed(1)), VD))  # fmt: skip
+    draft.set_vocab_map(
+        *build_vocab_map(
+            torch.randint(0, 1000, (target.vocab_size,), generator=torch.Generator().manual_seed(1)), VD
+        )
+    )
     g = torch.Generator().manual_seed(2)
     with torch.no_grad():
         for name, p in draft.named_parameters():
@@ -50,8 +59,13 @@ def reference_chain(export_dir: Path, g: torch.Tensor, ids: torch.Tensor, depth:
     k = depth - 1
     hidden = torch.cat([g, w["mask_hidden"].reshape(1, 3 * H).expand(k, -1)]) @ w["fc.weight"].T
     tokens = torch.cat([ids, torch.full((k,), config["mask_token_id"])])
-    u = torch.cat([ref.rms(emb[tokens], w["layers.0.input_layernorm.weight"], eps),
-                   ref.rms(hidden, w["layers.0.hidden_norm.weight"], eps)], -1)  # fmt: skip
+    u = torch.cat(
+        [
+            ref.rms(emb[tokens], w["layers.0.input_layernorm.weight"], eps),
+            ref.rms(hidden, w["layers.0.hidden_norm.weight"], eps),
+        ],
+        -1,
+    )
     x = hidden + ref.attention(u, w, "layers.0.", cfg)
     x = x + ref.mlp(ref.rms(x, w["layers.0.post_attention_layernorm.weight"], eps), w, "layers.0.")
     for i in range(1, cfg["num_hidden_layers"]):
@@ -75,19 +89,28 @@ def test_peagle_export_computes_the_trained_drafts(ckpt, saved_tiny_target, tmp_
     assert config["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]  # vLLM's convention = canonical
     assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == DEPTHS
     serve = json.loads(built.serve[0].split("--speculative-config ")[1].strip("'"))
-    assert serve == {"method": "eagle3", "model": "{dir}", "num_speculative_tokens": DEPTHS, "parallel_drafting": True}
+    assert serve == {
+        "method": "eagle3",
+        "model": "{dir}",
+        "num_speculative_tokens": DEPTHS,
+        "parallel_drafting": True,
+    }
 
     draft, _ = load_drafter(ckpt, target)
     weights = ref.read(out)[1]
     table = target.embed_tokens.weight
     assert torch.equal(weights["embed_tokens.weight"][MASK], draft.mask_embedding)  # the learned mask row
     others = torch.arange(table.shape[0]) != MASK
-    assert torch.equal(weights["embed_tokens.weight"][others], table[others])  # every real token: the target's
+    assert torch.equal(
+        weights["embed_tokens.weight"][others], table[others]
+    )  # every real token: the target's
     assert torch.equal(weights["mask_hidden"].flatten(), draft.mask_hidden)
 
     g = torch.randn(9, 3 * target.hidden_size, generator=torch.Generator().manual_seed(3))
     ids = torch.randint(0, target.vocab_size, (10,), generator=torch.Generator().manual_seed(4))
-    ids[ids == MASK] = MASK + 1  # a dedicated mask id never occurs in text (the engine would embed it as the mask)
+    ids[ids == MASK] = (
+        MASK + 1
+    )  # a dedicated mask id never occurs in text (the engine would embed it as the mask)
     drafter = PEagleDrafter(draft)
     drafter.start()
     drafter.observe({i: g[:, (i - 1) * target.hidden_size : i * target.hidden_size] for i in (1, 2, 3)})
@@ -98,6 +121,8 @@ def test_peagle_export_computes_the_trained_drafts(ckpt, saved_tiny_target, tmp_
 
 def test_peagle_is_refused_where_it_is_not_served(ckpt, tmp_path):
     for engine in ("sglang", "tgi"):
-        with pytest.raises(ExportError, match=rf"{engine} does not serve peagle drafters; export peagle with --to hf \| vllm"):
+        with pytest.raises(
+            ExportError, match=rf"{engine} does not serve peagle drafters; export peagle with --to hf \| vllm"
+        ):
             export(ckpt, engine, tmp_path / engine)
         assert not (tmp_path / engine).exists()

@@ -19,12 +19,28 @@ from draftsmith.models.target import FrozenTarget
 from draftsmith.ship.push import main, stage
 
 REPORT = {
-    "tau": 1.734, "tau_stderr": 0.041, "alpha": 0.289, "speedup": 1.27, "lossless": True, "num_prompts": 20,
+    "tau": 1.734,
+    "tau_stderr": 0.041,
+    "alpha": 0.289,
+    "speedup": 1.27,
+    "lossless": True,
+    "num_prompts": 20,
     "acceptance_by_depth": [0.61, 0.42, 0.3],
-    "settings": {"data": "mt_bench.jsonl", "temperature": 0.0, "top_p": 1.0, "depth": 3, "tree": "chain",
-                 "seed": 0, "versions": {"draftsmith": "0.1.0", "torch": "2.13.0+cpu", "transformers": "5.23.0",
-                                         "device_name": "cpu"}},
-}  # fmt: skip
+    "settings": {
+        "data": "mt_bench.jsonl",
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "depth": 3,
+        "tree": "chain",
+        "seed": 0,
+        "versions": {
+            "draftsmith": "0.1.0",
+            "torch": "2.13.0+cpu",
+            "transformers": "5.23.0",
+            "device_name": "cpu",
+        },
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +56,12 @@ def ckpt(target, tmp_path) -> Path:
     )
     draft.set_vocab_map(*build_vocab_map(torch.arange(target.vocab_size).flip(0), 64))
     recipe = {"data": {"train": ["sharegpt.jsonl"], "eval": ["mt_bench.jsonl"]}, "train": {"lr": 3e-4}}
-    out = save_drafter(tmp_path / "final", draft, target.identity(),
-                       {"training": {"steps": 292, "heldout": {"eval/depth1/top1": 0.374}, "recipe": recipe}})  # fmt: skip
+    out = save_drafter(
+        tmp_path / "final",
+        draft,
+        target.identity(),
+        {"training": {"steps": 292, "heldout": {"eval/depth1/top1": 0.374}, "recipe": recipe}},
+    )
     (out / "eval.json").write_text(json.dumps(REPORT))
     return out
 
@@ -54,14 +74,29 @@ def _front_matter(card: str) -> dict:
 def test_dry_run_writes_checkpoint_exports_and_a_card_with_the_measured_figures(ckpt, tmp_path, capsys):
     out = tmp_path / "upload"
     assert (
-        main([str(ckpt), "--repo", "acme/eagle3-tiny", "--dry-run", str(out), "--license", "apache-2.0",
-              "--target-repo", "acme/tiny-llama"]) == 0  # fmt: skip
+        main(
+            [
+                str(ckpt),
+                "--repo",
+                "acme/eagle3-tiny",
+                "--dry-run",
+                str(out),
+                "--license",
+                "apache-2.0",
+                "--target-repo",
+                "acme/tiny-llama",
+            ]
+        )
+        == 0
     )
     files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
     assert {"config.json", "model.safetensors", "eval.json", "README.md"} <= files
     for engine in ("vllm", "sglang"):
-        assert {f"engines/{engine}/config.json", f"engines/{engine}/model.safetensors",
-                f"engines/{engine}/draftsmith_export.json"} <= files  # fmt: skip
+        assert {
+            f"engines/{engine}/config.json",
+            f"engines/{engine}/model.safetensors",
+            f"engines/{engine}/draftsmith_export.json",
+        } <= files
     assert "nothing uploaded" in capsys.readouterr().out
     card = (out / "README.md").read_text()
     meta = _front_matter(card)
@@ -111,14 +146,31 @@ def test_upload_creates_the_repo_and_uploads_the_dry_run_folder(ckpt, tmp_path, 
             calls.append(("create_branch", kw))
 
         def upload_folder(self, **kw):
-            files = sorted(str(p.relative_to(kw["folder_path"])) for p in Path(kw["folder_path"]).rglob("*")
-                           if p.is_file())  # fmt: skip
+            files = sorted(
+                str(p.relative_to(kw["folder_path"]))
+                for p in Path(kw["folder_path"]).rglob("*")
+                if p.is_file()
+            )
             calls.append(("upload_folder", {**kw, "files": files}))
             return "https://huggingface.co/acme/x/commit/abc"
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_SECRET_TOKEN")
-    assert main([str(ckpt), "--repo", "acme/x", "--private", "--revision", "v1", "--target-repo", "acme/tiny-llama"]) == 0
+    assert (
+        main(
+            [
+                str(ckpt),
+                "--repo",
+                "acme/x",
+                "--private",
+                "--revision",
+                "v1",
+                "--target-repo",
+                "acme/tiny-llama",
+            ]
+        )
+        == 0
+    )
     names = [c[0] for c in calls]
     assert names == ["create_repo", "create_branch", "upload_folder"]
     assert calls[0][1] == {"repo_id": "acme/x", "repo_type": "model", "private": True, "exist_ok": True}
@@ -175,8 +227,14 @@ def test_uploads_name_the_target_by_its_hub_id_and_hold_no_local_path(ckpt, targ
     out = tmp_path / "up"
     summary = stage(ckpt, out, "acme/x", target_repo="meta-llama/Llama-3.1-8B-Instruct")
     assert summary["target"] == "meta-llama/Llama-3.1-8B-Instruct"
-    local = {str(tmp_path), str(target.name_or_path), str(Path(target.name_or_path).resolve()),
-             str(Path.home()), os.getcwd(), "/tmp/"}  # fmt: skip
+    local = {
+        str(tmp_path),
+        str(target.name_or_path),
+        str(Path(target.name_or_path).resolve()),
+        str(Path.home()),
+        os.getcwd(),
+        "/tmp/",
+    }
     texts = {p: p.read_text() for p in out.rglob("*") if p.suffix in (".json", ".md", ".yaml")}
     assert len(texts) >= 6  # the root config and report, each engine's config and export record, the card
     for path, text in texts.items():

@@ -114,7 +114,9 @@ def test_medusa(small_target):
     def oracle() -> tuple[torch.Tensor, dict]:
         final = target.forward(b["input_ids"], b["attention_mask"])[0]["final"]
         logits = heads(final)  # [K, B, T, V]
-        z = target.head(final)  # the target's logits; head k (1-based) at column t is measured against column t+k
+        z = target.head(
+            final
+        )  # the target's logits; head k (1-based) at column t is measured against column t+k
         sums, top1, top5, alpha = [], [], [], []
         for k in range(3):
             shift = k + 2
@@ -124,7 +126,11 @@ def test_medusa(small_target):
             top1.append((hit[..., 0] & m).sum().float())
             top5.append((hit.any(-1) & m).sum().float())
             alpha.append((overlap(z[:, k + 1 : T - 1], lg) * m).sum())
-        return torch.stack(sums), {"top1": torch.stack(top1), "top5": torch.stack(top5), "alpha": torch.stack(alpha)}
+        return torch.stack(sums), {
+            "top1": torch.stack(top1),
+            "top5": torch.stack(top5),
+            "alpha": torch.stack(alpha),
+        }
 
     check(method, b, oracle, {target.vocab_size})
 

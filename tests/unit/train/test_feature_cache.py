@@ -28,9 +28,10 @@ SMALL = ["data.max_samples=24", "data.eval_max_samples=6", "data.max_len=192"]
 
 def eagle_cfg(target: Path, cache: Path, *more: str):
     return load_config(
-        EAGLE_RECIPE, REPO / "recipes" / "eagle" / "eagle3_tiny.yaml",
+        EAGLE_RECIPE,
+        REPO / "recipes" / "eagle" / "eagle3_tiny.yaml",
         [f"target.path={target}", f"data.cache={cache}", *SMALL, *more],
-    )  # fmt: skip
+    )
 
 
 def build(cfg, storage="bf16", shard_tokens=400, rank=0, world=1) -> Path:
@@ -112,7 +113,9 @@ def test_truncated_and_corrupt_shards_are_named(tiny_toy_target, tmp_path):
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, one flipped byte in the features
     shard.write_bytes(bytes(data))
-    lazy = FeatureCache.open(out, verify=False)  # sizes agree: only the checksum can tell, checked on first read
+    lazy = FeatureCache.open(
+        out, verify=False
+    )  # sizes agree: only the checksum can tell, checked on first read
     train = lazy.dataset("train")
     first_other = next(i for i in range(len(train)) if train.shards[1]["samples"][0] <= i)
     train[0]  # shard 0 is intact: read
@@ -151,10 +154,26 @@ def test_an_interrupted_build_resumes_and_rewrites_only_what_is_missing_or_damag
 
 def test_two_processes_split_the_shards_and_write_the_same_cache(tiny_toy_target, bf16_cache, tmp_path):
     out = tmp_path / "two"
-    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            "-m", "draftsmith.train.cache.build", "eagle", "--config",
-            str(REPO / "recipes" / "eagle" / "eagle3_tiny.yaml"), f"target.path={tiny_toy_target}",
-            f"data.cache={out}", *SMALL, "--shard-tokens", "400", "--batch-size", "4"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "draftsmith.train.cache.build",
+        "eagle",
+        "--config",
+        str(REPO / "recipes" / "eagle" / "eagle3_tiny.yaml"),
+        f"target.path={tiny_toy_target}",
+        f"data.cache={out}",
+        *SMALL,
+        "--shard-tokens",
+        "400",
+        "--batch-size",
+        "4",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -214,11 +233,28 @@ def test_drafters_that_need_the_live_target_refuse_a_cache(tiny_toy_target):
 def test_recipe_trains_from_the_cache_on_two_processes(tiny_toy_target, bf16_cache, tmp_path):
     """`accelerate launch --config_file recipes/accelerate/ddp.yaml train/eagle.py ... data.cache=DIR`."""
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-            str(REPO / "recipes" / "accelerate" / "ddp.yaml"), "--num_processes", "2", "--main_process_port", "0",
-            str(REPO / "train" / "eagle.py"), "--config", str(REPO / "recipes" / "eagle" / "eagle3_tiny.yaml"),
-            f"target.path={tiny_toy_target}", f"data.cache={bf16_cache}", f"output_dir={out}", *SMALL,
-            "train.max_steps=4", "train.micro_batch_size=2", "log.every=1", "checkpoint.every=0"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(REPO / "recipes" / "accelerate" / "ddp.yaml"),
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        "0",
+        str(REPO / "train" / "eagle.py"),
+        "--config",
+        str(REPO / "recipes" / "eagle" / "eagle3_tiny.yaml"),
+        f"target.path={tiny_toy_target}",
+        f"data.cache={bf16_cache}",
+        f"output_dir={out}",
+        *SMALL,
+        "train.max_steps=4",
+        "train.micro_batch_size=2",
+        "log.every=1",
+        "checkpoint.every=0",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]

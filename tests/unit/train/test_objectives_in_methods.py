@@ -225,9 +225,11 @@ def test_term_weights_follow_the_weighting(target):
     """fixed: each family's own constants; exp_decay: exp(-(k-1)/gamma); dpace: 1 per depth (its weights are per
     position); times the coefficient that is not a depth weight (EAGLE-1's cls_weight, MTP's loss_weight)."""
     fixed = {
-        "medusa": torch.tensor([0.8, 0.64, 0.512]), "eagle1": torch.tensor([1.0, 0.1]),
-        "eagle3": torch.tensor([1.0, 0.8, 0.64]), "mtp": torch.tensor([0.5, 0.5]),
-    }  # fmt: skip
+        "medusa": torch.tensor([0.8, 0.64, 0.512]),
+        "eagle1": torch.tensor([1.0, 0.1]),
+        "eagle3": torch.tensor([1.0, 0.8, 0.64]),
+        "mtp": torch.tensor([0.5, 0.5]),
+    }
     decay = ObjectiveConfig(weighting="exp_decay", decay_gamma=2.0)
     e = torch.exp(-torch.arange(3) / 2.0)
     for family in FAMILIES:

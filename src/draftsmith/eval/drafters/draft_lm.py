@@ -49,9 +49,7 @@ class LMDrafter:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def _forward(
-        self, ids: list[int], positions: list[int] | None = None, mask: Any = None
-    ) -> torch.Tensor:
+    def _forward(self, ids: list[int], positions: list[int] | None = None, mask: Any = None) -> torch.Tensor:
         """Feed `ids` after the cache; logits `[len(ids), V]` (float32)."""
         kwargs: dict[str, Any] = {}
         if positions is not None:
@@ -162,9 +160,14 @@ class LMDrafter:
             keys = fed + feed
             base = len(context) - 1
             mask = layer_tree_masks(
-                ancestors[feed][:, keys], [base + depth[c] for c in feed], [base + depth[c] for c in keys],
-                len(context), self.text_config, self.model.dtype, self.device,
-            )  # fmt: skip
+                ancestors[feed][:, keys],
+                [base + depth[c] for c in feed],
+                [base + depth[c] for c in keys],
+                len(context),
+                self.text_config,
+                self.model.dtype,
+                self.device,
+            )
             out = self._forward([tokens[c] for c in feed], [base + depth[c] for c in feed], mask)
             logits.update({c: out[j] for j, c in enumerate(feed)})
             fed += feed

@@ -69,7 +69,9 @@ class PEagleDrafter:
         is_mask = torch.arange(m + k, device=self.device)[None] >= m
         emb = self.draft.embed(ids, is_mask, hidden.dtype)
         positions = torch.arange(self.real, self.real + m + k, device=self.device)[None]
-        mask = tree_attention(torch.ones(m + k, m + k, dtype=torch.bool).tril(), self.real, self.dtype, self.device)
+        mask = tree_attention(
+            torch.ones(m + k, m + k, dtype=torch.bool).tril(), self.real, self.dtype, self.device
+        )
         out = self.draft.run(hidden[None], emb, positions, mask, self.cache)[0]
         self.real = n - 1
         crop_to(self.cache, self.real)  # keep the real pairs; drop the mask rows

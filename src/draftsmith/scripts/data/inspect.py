@@ -83,7 +83,6 @@ def inspect_data(
     return "\n".join(lines)
 
 
-
 def _method_of(argv: Sequence[str]) -> str:
     """The recipe's method, from `--method` or the recipe's folder (recipes/<method>/<name>.yaml)."""
     args = list(argv)

@@ -49,9 +49,10 @@ class Sampling:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="draftsmith data regenerate", description=__doc__,
+        prog="draftsmith data regenerate",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     p.add_argument("--target", required=True, help="target model: local directory or Hugging Face Hub id")
     p.add_argument("--data", required=True, help="conversations in any format of the data pipeline")
     p.add_argument("--format", default="auto", help="data format (default: detected from the first record)")
@@ -100,19 +101,25 @@ def check_meta(path: Path, meta: dict[str, Any]) -> None:
             )
 
 
-def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], sampling: Sampling,
-                   stop_ids: set[int]) -> list[list[int]]:  # fmt: skip
+def generate_batch(
+    model: Any, tokenizer: Any, prompts: list[list[int]], sampling: Sampling, stop_ids: set[int]
+) -> list[list[int]]:
     """New token ids for each prompt (the stop token and what follows cut off), left-padded in one batch."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
     ids, mask = left_pad(prompts, pad, model.device)
     width = ids.shape[1]
     greedy = sampling.temperature == 0
     out = model.generate(
-        input_ids=ids, attention_mask=mask,
-        max_new_tokens=sampling.max_new_tokens, do_sample=not greedy,
-        temperature=None if greedy else sampling.temperature, top_p=None if greedy else sampling.top_p,
-        top_k=None if greedy else (sampling.top_k or None), pad_token_id=pad, eos_token_id=sorted(stop_ids),
-    )  # fmt: skip
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=sampling.max_new_tokens,
+        do_sample=not greedy,
+        temperature=None if greedy else sampling.temperature,
+        top_p=None if greedy else sampling.top_p,
+        top_k=None if greedy else (sampling.top_k or None),
+        pad_token_id=pad,
+        eos_token_id=sorted(stop_ids),
+    )
     answers = []
     for row in out[:, width:].tolist():
         cut = next((k for k, t in enumerate(row) if t in stop_ids), len(row))

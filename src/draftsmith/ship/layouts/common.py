@@ -124,7 +124,9 @@ class TargetInfo:
         from draftsmith.models.target import find_decoder
 
         try:
-            tokenizer = tokenizer_fingerprint(AutoTokenizer.from_pretrained(self.path, revision=self.revision))
+            tokenizer = tokenizer_fingerprint(
+                AutoTokenizer.from_pretrained(self.path, revision=self.revision)
+            )
         except (OSError, ValueError):
             tokenizer = None
         model = self._load()
@@ -326,8 +328,10 @@ def _check_vocab_map(
         if not torch.equal(t2d.bool().nonzero().flatten(), ids.sort().values):
             problems.append(f"{t2d_name} does not mark exactly the target ids of {d2t_name}")
             return
-    passed.append(f"{d2t_name} maps the {vd} draft ids to {vd} distinct target ids" + (
-        f", consistent with {t2d_name}" if t2d_name else ""))  # fmt: skip
+    passed.append(
+        f"{d2t_name} maps the {vd} draft ids to {vd} distinct target ids"
+        + (f", consistent with {t2d_name}" if t2d_name else "")
+    )
 
 
 def write_export(export: Export, out: str | Path, source: dict[str, Any], passed: list[str]) -> Path:

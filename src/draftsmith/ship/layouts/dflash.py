@@ -66,8 +66,15 @@ def _qwen3_layer_config(target: TargetInfo, layers: int) -> dict[str, Any]:
     ):
         config.pop(key, None)
     rope = rope_settings({"rope_parameters": draft_layer_settings(target.config)["rope_parameters"]})
-    return {**config, **rope, "num_hidden_layers": layers, "layer_types": ["full_attention"] * layers,
-            "use_sliding_window": False, "sliding_window": None, "max_window_layers": layers}  # fmt: skip
+    return {
+        **config,
+        **rope,
+        "num_hidden_layers": layers,
+        "layer_types": ["full_attention"] * layers,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": layers,
+    }
 
 
 def dflash_sglang(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
@@ -86,20 +93,32 @@ def dflash_sglang(source: dict[str, Any], target: TargetInfo, engine: str) -> tu
         "torch_dtype": str(state["fc.weight"].dtype).removeprefix("torch."),
     }
     export = Export(
-        layout=f"dflash-{engine}", engine=engine, config=config, tensors=dict(state),
+        layout=f"dflash-{engine}",
+        engine=engine,
+        config=config,
+        tensors=dict(state),
         layer_ids={"canonical": canonical, "sglang": ids},
-        serve=[f"python -m sglang.launch_server --model-path {target.path} --speculative-algorithm DFLASH "
-               f"--speculative-draft-model-path {{dir}} --speculative-num-draft-tokens {B}"],
-        notes=["dflash_config.target_layer_ids name layer OUTPUTS (canonical - 1), z-lab's convention; for vLLM "
-               "export with --to vllm.",
-               "The block attends bidirectionally, with no sliding window: every layer is full_attention.",
-               "No auto_map: z-lab's `DFlashDraftModel` code is not shipped; SGLang builds the model itself."],
-    )  # fmt: skip
+        serve=[
+            f"python -m sglang.launch_server --model-path {target.path} --speculative-algorithm DFLASH "
+            f"--speculative-draft-model-path {{dir}} --speculative-num-draft-tokens {B}"
+        ],
+        notes=[
+            "dflash_config.target_layer_ids name layer OUTPUTS (canonical - 1), z-lab's convention; for vLLM "
+            "export with --to vllm.",
+            "The block attends bidirectionally, with no sliding window: every layer is full_attention.",
+            "No auto_map: z-lab's `DFlashDraftModel` code is not shipped; SGLang builds the model itself.",
+        ],
+    )
     spec = _spec(target, len(canonical), N)
     layer = {k: v for k, v in _qwen3_layer_config(target, N).items() if k not in ("layer_types",)}
-    spec.config = {**layer, "dflash_config.target_layer_ids": [c - 1 for c in canonical],
-                   "dflash_config.mask_token_id": mask, "block_size": B, "num_target_layers": target.num_layers,
-                   "tie_word_embeddings": False}  # fmt: skip
+    spec.config = {
+        **layer,
+        "dflash_config.target_layer_ids": [c - 1 for c in canonical],
+        "dflash_config.mask_token_id": mask,
+        "block_size": B,
+        "num_target_layers": target.num_layers,
+        "tie_word_embeddings": False,
+    }
     return export, spec
 
 
@@ -134,26 +153,40 @@ def dflash_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
             "algorithm": "dflash",
             "default_proposal_method": "greedy",
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": B - 1}],
-            "verifier": {"name_or_path": source["target_name"],
-                         "architectures": list(getattr(target.config, "architectures", None) or [])},
+            "verifier": {
+                "name_or_path": source["target_name"],
+                "architectures": list(getattr(target.config, "architectures", None) or []),
+            },
         },
-    }  # fmt: skip
+    }
     export = Export(
-        layout="dflash-vllm-speculators", engine=engine, config=config, tensors=tensors,
+        layout="dflash-vllm-speculators",
+        engine=engine,
+        config=config,
+        tensors=tensors,
         layer_ids={"canonical": canonical, "vllm": ids},
-        serve=[f"vllm serve {target.path} --speculative-config "
-               f"'{{\"method\": \"dflash\", \"model\": \"{{dir}}\", \"num_speculative_tokens\": {B - 1}}}'"],
-        notes=["aux_hidden_state_layer_ids are canonical ids (the stream entering layer i); vLLM maps them to "
-               "z-lab's target_layer_ids as id - 1 (vllm#40727). Pin the vLLM version and check acceptance once.",
-               "sample_from_anchor is false: slot 0 is the bonus token and B-1 tokens are drafted per pass."],
-    )  # fmt: skip
+        serve=[
+            f"vllm serve {target.path} --speculative-config "
+            f'\'{{"method": "dflash", "model": "{{dir}}", "num_speculative_tokens": {B - 1}}}\''
+        ],
+        notes=[
+            "aux_hidden_state_layer_ids are canonical ids (the stream entering layer i); vLLM maps them to "
+            "z-lab's target_layer_ids as id - 1 (vllm#40727). Pin the vLLM version and check acceptance once.",
+            "sample_from_anchor is false: slot 0 is the bonus token and B-1 tokens are drafted per pass.",
+        ],
+    )
     spec = _spec(target, len(canonical), N)
     spec.tensors.update({"embed_tokens.weight": (V, H), "lm_head.weight": (V, H), "d2t": (V,), "t2d": (V,)})
     spec.shared = {"embed_tokens.weight": "embedding", "lm_head.weight": "lm_head"}
     spec.draft_vocab = ("d2t", "t2d", V)
     spec.dtypes = {"d2t": torch.int64, "t2d": torch.bool}
-    spec.config = {**{f"transformer_layer_config.{k}": v for k, v in layer.items() if k != "layer_types"},
-                   "speculators_model_type": "dflash", "aux_hidden_state_layer_ids": canonical,
-                   "mask_token_id": mask, "block_size": B, "sample_from_anchor": False,
-                   "speculators_config.proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": B - 1}]}  # fmt: skip
+    spec.config = {
+        **{f"transformer_layer_config.{k}": v for k, v in layer.items() if k != "layer_types"},
+        "speculators_model_type": "dflash",
+        "aux_hidden_state_layer_ids": canonical,
+        "mask_token_id": mask,
+        "block_size": B,
+        "sample_from_anchor": False,
+        "speculators_config.proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": B - 1}],
+    }
     return export, spec

@@ -19,8 +19,14 @@ from draftsmith.models.identity import tokenizer_fingerprint
 
 from .common import Export, ExportError, LayoutSpec, TargetInfo
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "generation_config.json", "tokenizer.model")  # fmt: skip
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "generation_config.json",
+    "tokenizer.model",
+)
 
 
 def draft_lm_hf(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
@@ -55,20 +61,34 @@ def draft_lm_hf(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
             if (src / name).is_file():
                 shutil.copy2(src / name, tmp / name)
 
-    serve = (["vllm serve " + target.path + " --speculative-config "
-              "'{\"method\": \"draft_model\", \"model\": \"{dir}\", \"num_speculative_tokens\": 4}'"]
-             if engine == "vllm" else
-             ["python -m sglang.launch_server --model-path " + target.path + " --speculative-algorithm STANDALONE "
-              "--speculative-draft-model-path {dir} --speculative-num-steps 4 --speculative-eagle-topk 1 "
-              "--speculative-num-draft-tokens 5"])  # fmt: skip
+    serve = (
+        [
+            "vllm serve " + target.path + " --speculative-config "
+            '\'{"method": "draft_model", "model": "{dir}", "num_speculative_tokens": 4}\''
+        ]
+        if engine == "vllm"
+        else [
+            "python -m sglang.launch_server --model-path "
+            + target.path
+            + " --speculative-algorithm STANDALONE "
+            "--speculative-draft-model-path {dir} --speculative-num-steps 4 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 5"
+        ]
+    )
     export = Export(
-        layout="draft-lm-hf", engine=engine, config=config, tensors=source["state"], serve=serve,
+        layout="draft-lm-hf",
+        engine=engine,
+        config=config,
+        tensors=source["state"],
+        serve=serve,
         extra={"tokenizer": copy_tokenizer},
-    )  # fmt: skip
+    )
     spec = LayoutSpec(
-        tensors=shapes, optional=optional, own_embedding=True,
+        tensors=shapes,
+        optional=optional,
+        own_embedding=True,
         config={"vocab_size": target.vocab_size, "model_type": hf_config.model_type},
-    )  # fmt: skip
+    )
     return export, spec
 
 

@@ -58,8 +58,13 @@ def layer_shapes(
     reading `attn_in` features (plus per-head q/k norms for speculators' qwen3 layer). No biases: the engines'
     draft layers have none."""
     c = draft_layer_settings(target.config)
-    H, nh, nkv, hd, inter = (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"],
-                             c["intermediate_size"])  # fmt: skip
+    H, nh, nkv, hd, inter = (
+        c["hidden_size"],
+        c["num_attention_heads"],
+        c["num_key_value_heads"],
+        c["head_dim"],
+        c["intermediate_size"],
+    )
     shapes: dict[str, tuple[int, ...]] = {
         f"{prefix}self_attn.q_proj.weight": (nh * hd, attn_in),
         f"{prefix}self_attn.k_proj.weight": (nkv * hd, attn_in),
@@ -103,18 +108,30 @@ def _eagle3_common(
     canonical = [int(i) for i in source["config"]["feature_layers"]]
     ids = to_engine_ids(canonical, engine, target.num_layers)
     vd, H, V = int(source["config"]["draft_vocab_size"]), target.hidden_size, target.vocab_size
-    tensors = _prefix_map(source["state"], {
-        "layer.": layer, "norm_in.": layer + "input_layernorm.", "norm_hidden.": layer + "hidden_norm.",
-        "norm_final.": "norm.", "lm_head_d.": "lm_head.",
-    })  # fmt: skip
+    tensors = _prefix_map(
+        source["state"],
+        {
+            "layer.": layer,
+            "norm_in.": layer + "input_layernorm.",
+            "norm_hidden.": layer + "hidden_norm.",
+            "norm_final.": "norm.",
+            "lm_head_d.": "lm_head.",
+        },
+    )
     spec = LayoutSpec(
-        tensors={**layer_shapes(target, layer, 2 * H, input_norm=True, layer=draft_layer_kind(source)),
-                 layer + "hidden_norm.weight": (H,),
-                 "d2t": (vd,), "t2d": (V,), "lm_head.weight": (vd, H), "norm.weight": (H,), "fc.weight": (H, 3 * H)},
+        tensors={
+            **layer_shapes(target, layer, 2 * H, input_norm=True, layer=draft_layer_kind(source)),
+            layer + "hidden_norm.weight": (H,),
+            "d2t": (vd,),
+            "t2d": (V,),
+            "lm_head.weight": (vd, H),
+            "norm.weight": (H,),
+            "fc.weight": (H, 3 * H),
+        },
         optional={"embed_tokens.weight": (V, H)},
         draft_vocab=("d2t", "t2d", vd),
         dtypes={"d2t": torch.int64, "t2d": torch.bool},
-    )  # fmt: skip
+    )
     return canonical, ids, vd, tensors, spec
 
 
@@ -128,9 +145,13 @@ def eagle3_sglang(source: dict[str, Any], target: TargetInfo, engine: str) -> tu
         )
     canonical, ids, vd, tensors, spec = _eagle3_common(source, target, "sglang", "midlayer.")
     state, H = source["state"], target.hidden_size
-    eagle_config = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True,
-                    "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
-                    "use_mtp_layernorm": False}  # fmt: skip
+    eagle_config = {
+        "eagle_aux_hidden_state_layer_ids": ids,
+        "use_aux_hidden_state": True,
+        "use_input_layernorm_in_first_layer": True,
+        "use_last_layernorm": True,
+        "use_mtp_layernorm": False,
+    }
     c = target.config
     config = {
         "architectures": ["LlamaForCausalLMEagle3"],
@@ -147,17 +168,29 @@ def eagle3_sglang(source: dict[str, Any], target: TargetInfo, engine: str) -> tu
         "eagle_config": eagle_config,
     }
     export = Export(
-        layout=f"eagle3-{engine}", engine=engine, config=config, tensors=tensors,
+        layout=f"eagle3-{engine}",
+        engine=engine,
+        config=config,
+        tensors=tensors,
         layer_ids={"canonical": canonical, "sglang": ids},
-        serve=[f"python -m sglang.launch_server --model-path {target.path} --speculative-algorithm EAGLE3 "
-               "--speculative-draft-model-path {dir} --speculative-num-steps 3 --speculative-eagle-topk 1 "
-               "--speculative-num-draft-tokens 4"],
-        notes=["eagle_aux_hidden_state_layer_ids are in SGLang's convention (canonical - 1): serve this directory "
-               "with SGLang (or TensorRT-LLM); for vLLM export with --to vllm."],
-    )  # fmt: skip
-    spec.config = {**_layer_spec_config(target), "num_hidden_layers": 1, "draft_vocab_size": vd,
-                   "eagle_config.eagle_aux_hidden_state_layer_ids": [c - 1 for c in canonical],
-                   "eagle_config.use_aux_hidden_state": True, "tie_word_embeddings": False}  # fmt: skip
+        serve=[
+            f"python -m sglang.launch_server --model-path {target.path} --speculative-algorithm EAGLE3 "
+            "--speculative-draft-model-path {dir} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4"
+        ],
+        notes=[
+            "eagle_aux_hidden_state_layer_ids are in SGLang's convention (canonical - 1): serve this directory "
+            "with SGLang (or TensorRT-LLM); for vLLM export with --to vllm."
+        ],
+    )
+    spec.config = {
+        **_layer_spec_config(target),
+        "num_hidden_layers": 1,
+        "draft_vocab_size": vd,
+        "eagle_config.eagle_aux_hidden_state_layer_ids": [c - 1 for c in canonical],
+        "eagle_config.use_aux_hidden_state": True,
+        "tie_word_embeddings": False,
+    }
     return export, spec
 
 
@@ -177,7 +210,10 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         "draft_vocab_size": vd,
         "target_hidden_size": H,
         "eagle_aux_hidden_state_layer_ids": ids,
-        "norm_before_fc": False, "fc_norm": False, "norm_before_residual": False, "norm_output": False,
+        "norm_before_fc": False,
+        "fc_norm": False,
+        "norm_before_residual": False,
+        "norm_output": False,
         "embed_requires_grad": False,
         "tie_word_embeddings": False,
         "dtype": str(state["fc.weight"].dtype).removeprefix("torch."),
@@ -185,31 +221,62 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         "speculators_config": {
             "algorithm": "eagle3",
             "default_proposal_method": "greedy",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": min(steps, 3),
-                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-            "verifier": {"name_or_path": source["target_name"],
-                         "architectures": list(getattr(target.config, "architectures", None) or [])},
+            "proposal_methods": [
+                {
+                    "proposal_type": "greedy",
+                    "speculative_tokens": min(steps, 3),
+                    "verifier_accept_k": 1,
+                    "accept_tolerance": 0.0,
+                }
+            ],
+            "verifier": {
+                "name_or_path": source["target_name"],
+                "architectures": list(getattr(target.config, "architectures", None) or []),
+            },
         },
-    }  # fmt: skip
+    }
     export = Export(
-        layout="eagle3-vllm-speculators", engine=engine, config=config, tensors=tensors,
+        layout="eagle3-vllm-speculators",
+        engine=engine,
+        config=config,
+        tensors=tensors,
         layer_ids={"canonical": canonical, "vllm": ids},
-        serve=["vllm serve {dir}",
-               f"vllm serve {target.path} --speculative-config "
-               "'{\"method\": \"eagle3\", \"model\": \"{dir}\", \"num_speculative_tokens\": 3}'"],
-        notes=["For T > 0 add \"rejection_sample_method\": \"standard\", \"draft_sample_method\": \"gumbel\" to the "
-               "speculative config (vLLM 0.21+), or vLLM samples drafts greedily and under-reports acceptance."]
-        + (["The draft layer is speculators' qwen3 layer (transformer_layer_config.model_type qwen3): it needs a "
-            "vLLM whose speculators loader builds Qwen3 EAGLE-3 layers (vllm#43132); SGLang does not serve it."]
-           if kind == "qwen3" else []),
-    )  # fmt: skip
-    layer_spec = {"transformer_layer_config." + k: v for k, v in _layer_config(target).items()
-                  if k not in ("rope_theta", "rope_scaling")}  # fmt: skip
-    spec.config = {**layer_spec_config_rope(target), **layer_spec, "speculators_model_type": "eagle3",
-                   "transformer_layer_config.num_hidden_layers": 1, "draft_vocab_size": vd,
-                   "transformer_layer_config.model_type": kind,
-                   "eagle_aux_hidden_state_layer_ids": canonical, "norm_before_fc": False, "fc_norm": False,
-                   "norm_before_residual": False, "norm_output": False}  # fmt: skip
+        serve=[
+            "vllm serve {dir}",
+            f"vllm serve {target.path} --speculative-config "
+            '\'{"method": "eagle3", "model": "{dir}", "num_speculative_tokens": 3}\'',
+        ],
+        notes=[
+            'For T > 0 add "rejection_sample_method": "standard", "draft_sample_method": "gumbel" to the '
+            "speculative config (vLLM 0.21+), or vLLM samples drafts greedily and under-reports acceptance."
+        ]
+        + (
+            [
+                "The draft layer is speculators' qwen3 layer (transformer_layer_config.model_type qwen3): it needs a "
+                "vLLM whose speculators loader builds Qwen3 EAGLE-3 layers (vllm#43132); SGLang does not serve it."
+            ]
+            if kind == "qwen3"
+            else []
+        ),
+    )
+    layer_spec = {
+        "transformer_layer_config." + k: v
+        for k, v in _layer_config(target).items()
+        if k not in ("rope_theta", "rope_scaling")
+    }
+    spec.config = {
+        **layer_spec_config_rope(target),
+        **layer_spec,
+        "speculators_model_type": "eagle3",
+        "transformer_layer_config.num_hidden_layers": 1,
+        "draft_vocab_size": vd,
+        "transformer_layer_config.model_type": kind,
+        "eagle_aux_hidden_state_layer_ids": canonical,
+        "norm_before_fc": False,
+        "fc_norm": False,
+        "norm_before_residual": False,
+        "norm_output": False,
+    }
     return export, spec
 
 
@@ -245,24 +312,38 @@ def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
         "tie_word_embeddings": False,
     }
     serve = (
-        [f"python -m sglang.launch_server --model-path {target.path} --speculative-algorithm EAGLE "
-         "--speculative-draft-model-path {dir} --speculative-num-steps 5 --speculative-eagle-topk 1 "
-         "--speculative-num-draft-tokens 6"]
-        if engine != "vllm" else
-        [f"vllm serve {target.path} --speculative-config "
-         "'{\"method\": \"eagle\", \"model\": \"{dir}\", \"num_speculative_tokens\": 5}'"]
-    )  # fmt: skip
-    export = Export(layout=f"eagle1-{engine}", engine=engine, config=config, tensors=tensors, serve=serve,
-                    layer_ids={"canonical": [target.num_layers], engine: [target.num_layers]},
-                    notes=["EAGLE-1 reads the target's post-norm last hidden state and its LM head."])  # fmt: skip
+        [
+            f"python -m sglang.launch_server --model-path {target.path} --speculative-algorithm EAGLE "
+            "--speculative-draft-model-path {dir} --speculative-num-steps 5 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 6"
+        ]
+        if engine != "vllm"
+        else [
+            f"vllm serve {target.path} --speculative-config "
+            '\'{"method": "eagle", "model": "{dir}", "num_speculative_tokens": 5}\''
+        ]
+    )
+    export = Export(
+        layout=f"eagle1-{engine}",
+        engine=engine,
+        config=config,
+        tensors=tensors,
+        serve=serve,
+        layer_ids={"canonical": [target.num_layers], engine: [target.num_layers]},
+        notes=["EAGLE-1 reads the target's post-norm last hidden state and its LM head."],
+    )
     shapes = layer_shapes(target, "layers.0.", H, input_norm=False)
     shapes["fc.weight"] = (H, 2 * H)
     if needs_bias:
         shapes["fc.bias"] = (H,)
     spec = LayoutSpec(
         tensors=shapes,
-        config={**_layer_spec_config(target), "num_hidden_layers": 1, "bias": needs_bias,
-                "eagle_fc_bias": needs_bias},
+        config={
+            **_layer_spec_config(target),
+            "num_hidden_layers": 1,
+            "bias": needs_bias,
+            "eagle_fc_bias": needs_bias,
+        },
         optional={"embed_tokens.weight": (target.vocab_size, H)},
-    )  # fmt: skip
+    )
     return export, spec

@@ -60,18 +60,36 @@ def medusa_vllm(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
     K, n, H, V = _sizes(source, target)
     block, lm = "blocks.{i}.layers.{j}.", "lm_heads.{i}.weight"
     export = Export(
-        layout="medusa-vllm", engine=engine, tensors=_renamed(source["state"], n, block, lm),
-        config={"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": H, "vocab_size": V,
-                "num_heads": K, "num_hidden_layers": n, "medusa_fc_bias": True, "truncated_vocab_size": V},
-        serve=[f"vllm serve {{target}} --speculative-config "
-               f"'{{\"method\": \"medusa\", \"model\": \"{{dir}}\", \"num_speculative_tokens\": {K}}}'"],
+        layout="medusa-vllm",
+        engine=engine,
+        tensors=_renamed(source["state"], n, block, lm),
+        config={
+            "model_type": "medusa",
+            "architectures": ["MedusaModel"],
+            "hidden_size": H,
+            "vocab_size": V,
+            "num_heads": K,
+            "num_hidden_layers": n,
+            "medusa_fc_bias": True,
+            "truncated_vocab_size": V,
+        },
+        serve=[
+            f"vllm serve {{target}} --speculative-config "
+            f'\'{{"method": "medusa", "model": "{{dir}}", "num_speculative_tokens": {K}}}\''
+        ],
         notes=["vLLM proposes a top-1 chain from Medusa heads (no tree)."],
-    )  # fmt: skip
+    )
     spec = LayoutSpec(
         tensors=_head_shapes(K, n, H, V, block, lm),
-        config={"model_type": "medusa", "num_heads": K, "num_hidden_layers": n, "hidden_size": H,
-                "vocab_size": V, "medusa_fc_bias": True},
-    )  # fmt: skip
+        config={
+            "model_type": "medusa",
+            "num_heads": K,
+            "num_hidden_layers": n,
+            "hidden_size": H,
+            "vocab_size": V,
+            "medusa_fc_bias": True,
+        },
+    )
     return _with_adapter(export, source, target), spec
 
 
@@ -83,17 +101,24 @@ def medusa_tgi(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple
     # Medusa-2: the base model is the merged target written next to the heads (see _with_adapter).
     base = "target" if adapter_dir(str(source["dir"])) is not None else source["target_name"]
     export = Export(
-        layout="medusa-fasterdecoding", engine=engine, tensors=_renamed(source["state"], n, block, lm),
+        layout="medusa-fasterdecoding",
+        engine=engine,
+        tensors=_renamed(source["state"], n, block, lm),
         weights_file="medusa_lm_head.safetensors",
-        config={"medusa_num_heads": K, "medusa_num_layers": n, "base_model_name_or_path": base,
-                "hidden_size": H, "vocab_size": V},
+        config={
+            "medusa_num_heads": K,
+            "medusa_num_layers": n,
+            "base_model_name_or_path": base,
+            "hidden_size": H,
+            "vocab_size": V,
+        },
         serve=["text-generation-launcher --model-id {dir} --speculate " + str(K)],
         notes=["TGI reads base_model_name_or_path from config.json and serves that target with these heads."],
-    )  # fmt: skip
+    )
     spec = LayoutSpec(
         tensors=_head_shapes(K, n, H, V, block, lm),
         config={"medusa_num_heads": K, "medusa_num_layers": n, "base_model_name_or_path": base},
-    )  # fmt: skip
+    )
     return _with_adapter(export, source, target), spec
 
 

@@ -79,34 +79,60 @@ def _nextn(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
     config = _target_config(target)
     config["num_nextn_predict_layers"] = D
     export = Export(
-        layout="mtp-deepseek-nextn", engine=engine, config=config, tensors=tensors,
+        layout="mtp-deepseek-nextn",
+        engine=engine,
+        config=config,
+        tensors=tensors,
         layer_ids={"canonical": [L], "nextn_layers": list(range(L, L + D))},
-        serve=["python -m sglang.launch_server --model-path {stitched} --speculative-algorithm NEXTN "
-               f"--speculative-num-steps {D} --speculative-eagle-topk 1 --speculative-num-draft-tokens {D + 1}",
-               "vllm serve {stitched} --speculative-config "
-               f"'{{\"method\": \"deepseek_mtp\", \"num_speculative_tokens\": {D}}}'"],
-        notes=["The weights are the MTP layers only; {stitched} is the target checkpoint with them added as "
-               f"model.layers.{L}..{L + D - 1} and num_nextn_predict_layers set."],
-    )  # fmt: skip
+        serve=[
+            "python -m sglang.launch_server --model-path {stitched} --speculative-algorithm NEXTN "
+            f"--speculative-num-steps {D} --speculative-eagle-topk 1 --speculative-num-draft-tokens {D + 1}",
+            "vllm serve {stitched} --speculative-config "
+            f'\'{{"method": "deepseek_mtp", "num_speculative_tokens": {D}}}\'',
+        ],
+        notes=[
+            "The weights are the MTP layers only; {stitched} is the target checkpoint with them added as "
+            f"model.layers.{L}..{L + D - 1} and num_nextn_predict_layers set."
+        ],
+    )
     shapes: dict[str, tuple[int, ...]] = {}
     shared: dict[str, str] = {}
     for k in range(D):
         p = f"model.layers.{L + k}."
         shapes.update(native_layer_shapes(target, p))
-        shapes.update({p + "enorm.weight": (H,), p + "hnorm.weight": (H,), p + "eh_proj.weight": (H, 2 * H),
-                       p + "shared_head.norm.weight": (H,), p + "shared_head.head.weight": (V, H),
-                       p + "embed_tokens.weight": (V, H)})  # fmt: skip
+        shapes.update(
+            {
+                p + "enorm.weight": (H,),
+                p + "hnorm.weight": (H,),
+                p + "eh_proj.weight": (H, 2 * H),
+                p + "shared_head.norm.weight": (H,),
+                p + "shared_head.head.weight": (V, H),
+                p + "embed_tokens.weight": (V, H),
+            }
+        )
         shared.update({p + "shared_head.head.weight": "lm_head", p + "embed_tokens.weight": "embedding"})
     spec = LayoutSpec(
-        tensors=shapes, shared=shared,
-        config={"num_nextn_predict_layers": D, "num_hidden_layers": L, "hidden_size": H, "vocab_size": V,
-                "max_position_embeddings": target.max_positions(), **_rope_spec(target)},
-    )  # fmt: skip
+        tensors=shapes,
+        shared=shared,
+        config={
+            "num_nextn_predict_layers": D,
+            "num_hidden_layers": L,
+            "hidden_size": H,
+            "vocab_size": V,
+            "max_position_embeddings": target.max_positions(),
+            **_rope_spec(target),
+        },
+    )
     return export, spec
 
 
-_QWEN_NAMES = {"eh_proj.": "mtp.fc.", "enorm.": "mtp.pre_fc_norm_embedding.",
-               "hnorm.": "mtp.pre_fc_norm_hidden.", "shared_head_norm.": "mtp.norm.", "block.": "mtp.layers.0."}  # fmt: skip
+_QWEN_NAMES = {
+    "eh_proj.": "mtp.fc.",
+    "enorm.": "mtp.pre_fc_norm_embedding.",
+    "hnorm.": "mtp.pre_fc_norm_hidden.",
+    "shared_head_norm.": "mtp.norm.",
+    "block.": "mtp.layers.0.",
+}
 
 
 def _qwen_mtp(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
@@ -128,21 +154,39 @@ def _qwen_mtp(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[
     config = _target_config(target)
     config["mtp_num_hidden_layers"] = 1
     export = Export(
-        layout="mtp-qwen3", engine=engine, config=config, tensors=tensors,
+        layout="mtp-qwen3",
+        engine=engine,
+        config=config,
+        tensors=tensors,
         layer_ids={"canonical": [target.num_layers]},
-        serve=["vllm serve {stitched} --speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}'",
-               "python -m sglang.launch_server --model-path {stitched} --speculative-algorithm NEXTN "
-               "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"],
-        notes=["The weights are the mtp.* tensors only; {stitched} is the target checkpoint with them added and "
-               "mtp_num_hidden_layers: 1. The embedding and LM head are the target's."],
-    )  # fmt: skip
+        serve=[
+            'vllm serve {stitched} --speculative-config \'{"method": "mtp", "num_speculative_tokens": 3}\'',
+            "python -m sglang.launch_server --model-path {stitched} --speculative-algorithm NEXTN "
+            "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+        ],
+        notes=[
+            "The weights are the mtp.* tensors only; {stitched} is the target checkpoint with them added and "
+            "mtp_num_hidden_layers: 1. The embedding and LM head are the target's."
+        ],
+    )
     shapes = native_layer_shapes(target, "mtp.layers.0.")
-    shapes.update({"mtp.fc.weight": (H, 2 * H), "mtp.pre_fc_norm_embedding.weight": (H,),
-                   "mtp.pre_fc_norm_hidden.weight": (H,), "mtp.norm.weight": (H,)})  # fmt: skip
+    shapes.update(
+        {
+            "mtp.fc.weight": (H, 2 * H),
+            "mtp.pre_fc_norm_embedding.weight": (H,),
+            "mtp.pre_fc_norm_hidden.weight": (H,),
+            "mtp.norm.weight": (H,),
+        }
+    )
     spec = LayoutSpec(
         tensors=shapes,
-        config={"mtp_num_hidden_layers": 1, "num_hidden_layers": target.num_layers, "hidden_size": H,
-                "vocab_size": target.vocab_size, "max_position_embeddings": target.max_positions(),
-                **_rope_spec(target)},
-    )  # fmt: skip
+        config={
+            "mtp_num_hidden_layers": 1,
+            "num_hidden_layers": target.num_layers,
+            "hidden_size": H,
+            "vocab_size": target.vocab_size,
+            "max_position_embeddings": target.max_positions(),
+            **_rope_spec(target),
+        },
+    )
     return export, spec

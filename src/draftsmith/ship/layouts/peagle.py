@@ -38,34 +38,64 @@ def peagle_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
     base, spec = eagle3_speculators({**source, "state": state}, target, "vllm")
     embedding = target.embedding().clone()
     if tuple(embedding.shape) != (V, H) or not 0 <= mask_id < V:
-        raise ExportError(f"P-EAGLE export: mask_token_id {mask_id} is not a row of the target's [{V}, {H}] embedding")
+        raise ExportError(
+            f"P-EAGLE export: mask_token_id {mask_id} is not a row of the target's [{V}, {H}] embedding"
+        )
     embedding[mask_id] = mask_embedding.to(embedding.dtype)
-    tensors = {**base.tensors, "mask_hidden": mask_hidden.reshape(1, 1, 3 * H), "embed_tokens.weight": embedding}
+    tensors = {
+        **base.tensors,
+        "mask_hidden": mask_hidden.reshape(1, 1, 3 * H),
+        "embed_tokens.weight": embedding,
+    }
     for name, tensor in later.items():
         k, rest = name.removeprefix("later.").split(".", 1)
         tensors[f"layers.{int(k) + 1}.{rest}"] = tensor
     config = json.loads(json.dumps(base.config))  # a deep copy of EAGLE-3's
-    config.update(architectures=["PEagleSpeculator"], speculators_model_type="peagle", mask_token_id=mask_id,
-                  embed_requires_grad=cfg["mask_embedding"] == "learned")  # fmt: skip
+    config.update(
+        architectures=["PEagleSpeculator"],
+        speculators_model_type="peagle",
+        mask_token_id=mask_id,
+        embed_requires_grad=cfg["mask_embedding"] == "learned",
+    )
     config["transformer_layer_config"]["num_hidden_layers"] = N
     config["speculators_config"]["algorithm"] = "peagle"
     config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = D
-    speculative = {"method": "eagle3", "model": "{dir}", "num_speculative_tokens": D, "parallel_drafting": True}
+    speculative = {
+        "method": "eagle3",
+        "model": "{dir}",
+        "num_speculative_tokens": D,
+        "parallel_drafting": True,
+    }
     export = Export(
-        layout="peagle-vllm-speculators", engine=engine, config=config, tensors=tensors, layer_ids=base.layer_ids,
+        layout="peagle-vllm-speculators",
+        engine=engine,
+        config=config,
+        tensors=tensors,
+        layer_ids=base.layer_ids,
         serve=[f"vllm serve {target.path} --speculative-config '{json.dumps(speculative)}'"],
-        notes=["parallel_drafting must be true in the speculative config (vLLM leaves it off): without it vLLM "
-               f"drafts autoregressively. num_speculative_tokens may be lowered, not raised above {D} (the depths "
-               "trained)."] + base.notes[1:],
-    )  # fmt: skip
+        notes=[
+            "parallel_drafting must be true in the speculative config (vLLM leaves it off): without it vLLM "
+            f"drafts autoregressively. num_speculative_tokens may be lowered, not raised above {D} (the depths "
+            "trained)."
+        ]
+        + base.notes[1:],
+    )
     layer = draft_layer_kind(source)
     shapes = dict(spec.tensors)
     for i in range(1, N):
         shapes.update(layer_shapes(target, f"layers.{i}.", H, input_norm=True, layer=layer))
     shapes.update({"mask_hidden": (1, 1, 3 * H), "embed_tokens.weight": (V, H)})
     spec = LayoutSpec(
-        tensors=shapes, draft_vocab=spec.draft_vocab, dtypes=spec.dtypes, own_embedding=True,
-        config={**spec.config, "speculators_model_type": "peagle", "transformer_layer_config.num_hidden_layers": N,
-                "mask_token_id": mask_id, "speculators_config.algorithm": "peagle"},
-    )  # fmt: skip
+        tensors=shapes,
+        draft_vocab=spec.draft_vocab,
+        dtypes=spec.dtypes,
+        own_embedding=True,
+        config={
+            **spec.config,
+            "speculators_model_type": "peagle",
+            "transformer_layer_config.num_hidden_layers": N,
+            "mask_token_id": mask_id,
+            "speculators_config.algorithm": "peagle",
+        },
+    )
     return export, spec

@@ -203,9 +203,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One build per cache directory: a second `draftsmith cache` into it is refused while this one runs.
     with main_process_lock(out, "caching", state.is_main_process):
         planned = build_cache(
-            method, cfg, args.storage, args.shard_tokens, args.batch_size, device=state.device,
-            rank=state.process_index, world=state.num_processes, progress=state.is_local_main_process,
-        )  # fmt: skip
+            method,
+            cfg,
+            args.storage,
+            args.shard_tokens,
+            args.batch_size,
+            device=state.device,
+            rank=state.process_index,
+            world=state.num_processes,
+            progress=state.is_local_main_process,
+        )
         state.wait_for_everyone()
         if state.is_main_process:
             index = finish_index(out, out / SETTINGS_NAME, planned)

@@ -302,7 +302,9 @@ class CachedFeatureDataset(Dataset):
         self.shards = shards
         self.layers = layers
         self.dtype = dtype
-        self.unverified = unverified if unverified is not None else set()  # shared with the cache: checked once
+        self.unverified = (
+            unverified if unverified is not None else set()
+        )  # shared with the cache: checked once
         self._starts = [s["samples"][0] for s in shards]
         self._count = shards[-1]["samples"][1] if shards else 0
         self._handles: dict[int, Any] = {}

@@ -117,15 +117,25 @@ def save_checkpoint(
         if accelerator.is_main_process:
             if tmp.exists():
                 shutil.rmtree(tmp)
-            require_space(output_dir, needed, f"checkpoint-{step}",
-                          f"nothing was written and {_intact(output_dir)}: free some space and continue with --resume")  # fmt: skip
+            require_space(
+                output_dir,
+                needed,
+                f"checkpoint-{step}",
+                f"nothing was written and {_intact(output_dir)}: free some space and continue with --resume",
+            )
 
     def write_state() -> None:
         if sharded:
             accelerator.save_state(str(tmp))
         else:
-            save_training_state(tmp, accelerator.unwrap_model(model), optimizer, scheduler,
-                                accelerator.process_index, accelerator.is_main_process)  # fmt: skip
+            save_training_state(
+                tmp,
+                accelerator.unwrap_model(model),
+                optimizer,
+                scheduler,
+                accelerator.process_index,
+                accelerator.is_main_process,
+            )
 
     def write_records() -> None:
         if accelerator.is_main_process:

@@ -36,14 +36,19 @@ def train_main(recipe: Recipe, argv: Sequence[str] | None) -> int:
     """
     parser = make_parser(recipe.config, prog=recipe.prog, description=recipe.description)
     parser.add_argument(
-        "--resume", nargs="?", const="latest", default=None, metavar="CKPT",
+        "--resume",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="CKPT",
         help="Continue a run: from the newest intact checkpoint in output_dir, or from CKPT.",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--trust-pickle", action="store_true",
+        "--trust-pickle",
+        action="store_true",
         help="Allow --resume from a checkpoint holding pickle files (FSDP / DeepSpeed runs, or draftsmith before "
         "0.2): loading a pickle can run code, so only for checkpoints you wrote.",
-    )  # fmt: skip
+    )
     cfg: Any
     cfg, args = parse_args(recipe.config, parser, resume_before_overrides(argv))
     output_dir = Path(cfg.output_dir)
@@ -108,10 +113,21 @@ def _train(
             shard_frozen_target(target.model, kind, accelerator.device.type)
     pad_id = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
     result = run_training(
-        method, accelerator=accelerator, train_dataset=data.train, eval_dataset=data.eval, pad_id=pad_id,
-        output_dir=output_dir, seed=cfg.seed, train=cfg.train, log=cfg.log, checkpoint=cfg.checkpoint,
-        eval_cfg=cfg.eval, config_yaml=config_yaml(cfg), resume=resume, trust_pickle=trust_pickle,
-    )  # fmt: skip
+        method,
+        accelerator=accelerator,
+        train_dataset=data.train,
+        eval_dataset=data.eval,
+        pad_id=pad_id,
+        output_dir=output_dir,
+        seed=cfg.seed,
+        train=cfg.train,
+        log=cfg.log,
+        checkpoint=cfg.checkpoint,
+        eval_cfg=cfg.eval,
+        config_yaml=config_yaml(cfg),
+        resume=resume,
+        trust_pickle=trust_pickle,
+    )
     if accelerator.is_main_process:
         summary = {
             "steps": result.step,
@@ -139,7 +155,11 @@ def _save_final(
     saying that the last checkpoint holds the trained drafter and `--resume` writes `final/` from it."""
     try:
         weights = result.state_dict
-        needed = sum(t.numel() * t.element_size() for t in weights.values()) if weights else trainable_bytes(method.model)
+        needed = (
+            sum(t.numel() * t.element_size() for t in weights.values())
+            if weights
+            else trainable_bytes(method.model)
+        )
         require_space(output_dir, needed + 1_000_000, "final/")
         return method.save_final(output_dir / "final", target, extra, weights)
     except Exception as err:

@@ -35,9 +35,11 @@ from .checkpointing import (
 )
 from .data import collate
 from .distributed import configure_deepspeed, shard_kind
+from .finite import check_finite
 from .method import TrainingMethod
 from .metrics import MetricsLog, MetricWindow, read_metrics
 from .sampler import StepSchedule
+from .schedule import cosine_with_warmup, from_step
 from .settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 from .train_state import FORMAT as STATE_FORMAT
 from .train_state import load_training_state
@@ -54,27 +56,6 @@ class LoopResult:
     # The drafter's full weights gathered from FSDP / ZeRO-3 (main process), whose unwrapped module holds
     # only this rank's shards; None when the unwrapped module holds them (single, DDP, ZeRO-1/2).
     state_dict: dict[str, torch.Tensor] | None = None
-
-
-def cosine_with_warmup(total_steps: int, warmup_steps: int, min_lr_ratio: float) -> Any:
-    """LR multiplier: linear warmup from ~0 to 1, then cosine decay to `min_lr_ratio` at `total_steps`."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / (warmup_steps + 1)
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-    return factor
-
-
-def _from_step(start: int, schedule: Any) -> Any:
-    """`schedule`, held at 0 before step `start` (a parameter group that joins later)."""
-
-    def factor(step: int) -> float:
-        return 0.0 if step < start else float(schedule(step))
-
-    return factor
 
 
 def _batches(dataset: Any, indices: list[list[int]], pad_id: int, device: torch.device) -> Iterator[dict]:
@@ -159,21 +140,38 @@ def run_training(
     `trust_pickle`: resume from a checkpoint holding pickle files (see checkpointing.resolve_resume).
     """
     resume_from = _prepare_directory(accelerator, method, output_dir, resume, trust_pickle)
-    run, trainable = _build(method, accelerator, train, log, config_yaml, output_dir, len(train_dataset), seed)
+    run, trainable = _build(
+        method, accelerator, train, log, config_yaml, output_dir, len(train_dataset), seed
+    )
     step = _resume(run, resume_from, len(train_dataset)) if resume_from is not None else 0
     if accelerator.is_main_process:
         (output_dir / "config.yaml").write_text(config_yaml)
 
     def trainer_state() -> dict[str, Any]:
         return {
-            "step": step, "epoch": run.schedule.epoch_of(step), "total_steps": run.total_steps,
-            "samples_per_step": run.schedule.samples_per_step, "num_train_samples": len(train_dataset),
-            "seed": seed, "num_processes": accelerator.num_processes, "trainable_parameters": trainable,
-        }  # fmt: skip
+            "step": step,
+            "epoch": run.schedule.epoch_of(step),
+            "total_steps": run.total_steps,
+            "samples_per_step": run.schedule.samples_per_step,
+            "num_train_samples": len(train_dataset),
+            "seed": seed,
+            "num_processes": accelerator.num_processes,
+            "trainable_parameters": trainable,
+        }
 
     def save() -> None:
-        save_checkpoint(accelerator, output_dir, step, trainer_state(), config_yaml, checkpoint.keep_last,
-                        run.model, run.optimizer, run.scheduler, run.sharded)  # fmt: skip
+        save_checkpoint(
+            accelerator,
+            output_dir,
+            step,
+            trainer_state(),
+            config_yaml,
+            checkpoint.keep_last,
+            run.model,
+            run.optimizer,
+            run.scheduler,
+            run.sharded,
+        )
 
     def held_out() -> dict[str, float]:
         return evaluate(method, run.model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
@@ -188,17 +186,27 @@ def run_training(
     last_train: dict[str, float] = {}
     last_saved = step
     run.model.train()
-    bar = tqdm(total=run.total_steps, initial=step, desc="train", disable=not accelerator.is_local_main_process)
+    bar = tqdm(
+        total=run.total_steps, initial=step, desc="train", disable=not accelerator.is_local_main_process
+    )
     t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
     while step < run.total_steps:
-        batches = list(_batches(train_dataset, run.schedule.micro_batches(step, accelerator.process_index), pad_id,
-                                accelerator.device))  # fmt: skip
+        batches = list(
+            _batches(
+                train_dataset,
+                run.schedule.micro_batches(step, accelerator.process_index),
+                pad_id,
+                accelerator.device,
+            )
+        )
         tokens_window += _optimizer_step(run, step, batches, window)
         step += 1
         bar.update(1)
         if step % log.every == 0 or step == run.total_steps:
             elapsed = time.perf_counter() - t_window
-            last_train = _train_record(run, window, step, float(accelerator.reduce(tokens_window, "sum")), elapsed)
+            last_train = _train_record(
+                run, window, step, float(accelerator.reduce(tokens_window, "sum")), elapsed
+            )
             metrics_log.write(step, last_train)
             bar.set_postfix(loss=f"{last_train['train/loss']:.4f}")
             window.reset()
@@ -243,13 +251,20 @@ def _prepare_directory(
 
 
 def _build(
-    method: TrainingMethod, accelerator: Accelerator, train: TrainConfig, log: LogConfig, config_yaml: str,
-    output_dir: Path, num_samples: int, seed: int,
-) -> tuple[_Run, int]:  # fmt: skip
+    method: TrainingMethod,
+    accelerator: Accelerator,
+    train: TrainConfig,
+    log: LogConfig,
+    config_yaml: str,
+    output_dir: Path,
+    num_samples: int,
+    seed: int,
+) -> tuple[_Run, int]:
     """The step schedule, the optimizer and LR schedule over the method's parameter groups, the model prepared
     by accelerate, and the trackers; returns the run and its number of trainable parameters."""
-    schedule = StepSchedule(num_samples, train.micro_batch_size, train.grad_accum, accelerator.num_processes, seed,
-                            train.shuffle)  # fmt: skip
+    schedule = StepSchedule(
+        num_samples, train.micro_batch_size, train.grad_accum, accelerator.num_processes, seed, train.shuffle
+    )
     total_steps = train.max_steps or max(1, math.ceil(train.epochs * schedule.steps_per_epoch))
     # A method may split its parameters into groups with their own `lr_scale` and `start_step` (the group
     # stays at lr 0 before it), e.g. Medusa-2's heads-only warm-up and larger head learning rate.
@@ -259,11 +274,15 @@ def _build(
         params = [p for p in g["params"] if p.requires_grad]
         param_groups.append({"params": params, "lr": train.lr * g.get("lr_scale", 1.0)})
         starts.append(int(g.get("start_step", 0)))
-    optimizer = torch.optim.AdamW(param_groups, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
+    optimizer = torch.optim.AdamW(
+        param_groups, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
+    )
     schedule_fn = cosine_with_warmup(total_steps, round(train.warmup_ratio * total_steps), train.min_lr_ratio)
     # The scheduler is stepped here, not by accelerate: AcceleratedScheduler steps once per process, which
     # would make the schedule depend on the number of processes.
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, [_from_step(start, schedule_fn) for start in starts])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, [from_step(start, schedule_fn) for start in starts]
+    )
     configure_deepspeed(accelerator, train.micro_batch_size, train.grad_accum, train.max_grad_norm)
     model, optimizer = accelerator.prepare(method.model, optimizer)
     sharded = shard_kind(accelerator) is not None or accelerator.distributed_type == DistributedType.DEEPSPEED
@@ -276,15 +295,29 @@ def _build(
             init_kwargs={"wandb": {"mode": log.wandb_mode, "dir": str(output_dir), "name": log.run_name}},
         )
     trainable = sum(p.numel() for g in param_groups for p in g["params"])  # all the optimizer updates
-    run = _Run(accelerator, method, model, optimizer, scheduler, schedule, total_steps, sharded, train, output_dir,
-               method.term_weights.to(accelerator.device))  # fmt: skip
+    run = _Run(
+        accelerator,
+        method,
+        model,
+        optimizer,
+        scheduler,
+        schedule,
+        total_steps,
+        sharded,
+        train,
+        output_dir,
+        method.term_weights.to(accelerator.device),
+    )
     return run, trainable
 
 
 def _resume(run: _Run, resume_from: Path, num_samples: int) -> int:
     """Load the state saved in `resume_from` into the run; returns its step."""
     state = read_trainer_state(resume_from)
-    if state["samples_per_step"] != run.schedule.samples_per_step or state["num_train_samples"] != num_samples:
+    if (
+        state["samples_per_step"] != run.schedule.samples_per_step
+        or state["num_train_samples"] != num_samples
+    ):
         raise ValueError(
             f"cannot resume from {resume_from}: it was trained with {state['samples_per_step']} samples per "
             f"step over {state['num_train_samples']} samples, this run has {run.schedule.samples_per_step} over "
@@ -297,8 +330,13 @@ def _resume(run: _Run, resume_from: Path, num_samples: int) -> int:
                 f"{resume_from} was written by a single-process or DDP run; resume it the same way (FSDP / "
                 "DeepSpeed keep their own checkpoint format)"
             )
-        note = load_training_state(resume_from, accelerator.unwrap_model(run.model), run.optimizer, run.scheduler,
-                                   accelerator.process_index)  # fmt: skip
+        note = load_training_state(
+            resume_from,
+            accelerator.unwrap_model(run.model),
+            run.optimizer,
+            run.scheduler,
+            accelerator.process_index,
+        )
         if note:
             print(note)
     else:  # accelerate's pickles: allowed by --trust-pickle (resolve_resume checked)
@@ -309,11 +347,15 @@ def _resume(run: _Run, resume_from: Path, num_samples: int) -> int:
     return step
 
 
-def _optimizer_step(run: _Run, step: int, batches: list[dict[str, torch.Tensor]], window: MetricWindow) -> Any:
+def _optimizer_step(
+    run: _Run, step: int, batches: list[dict[str, torch.Tensor]], window: MetricWindow
+) -> Any:
     """One optimizer step over the accumulation window `batches` (this rank's micro-batches); returns the
     tokens it read. Refuses the step before applying it if any loss term or the gradient norm is not finite."""
     accelerator, method, model, train = run.accelerator, run.method, run.model, run.train
-    batches = [method.prepare_batch(model, b, step, j, accelerator.process_index) for j, b in enumerate(batches)]
+    batches = [
+        method.prepare_batch(model, b, step, j, accelerator.process_index) for j, b in enumerate(batches)
+    ]
     batch_counts = [method.token_counts(b).to(accelerator.device) for b in batches]
     global_counts = accelerator.reduce(sum(batch_counts), "sum").clamp(min=1)  # per term, whole window
     nonfinite = torch.zeros(len(method.term_names), device=accelerator.device)
@@ -345,7 +387,9 @@ def _optimizer_step(run: _Run, step: int, batches: list[dict[str, torch.Tensor]]
     return tokens
 
 
-def _train_record(run: _Run, window: MetricWindow, step: int, tokens: float, elapsed: float) -> dict[str, float]:
+def _train_record(
+    run: _Run, window: MetricWindow, step: int, tokens: float, elapsed: float
+) -> dict[str, float]:
     """The reduced train metrics of the window, with throughput."""
     record = with_derived(run.method, window.reduce(run.accelerator, "train"), "train")
     record["perf/tokens_per_s"] = tokens / max(elapsed, 1e-9)
@@ -354,46 +398,14 @@ def _train_record(run: _Run, window: MetricWindow, step: int, tokens: float, ela
     return record
 
 
-class NonFiniteLoss(ValueError):
-    """Training produced a non-finite loss or gradient; the step was not applied and nothing was saved."""
-
-
-def check_finite(
-    nonfinite: torch.Tensor, grad_norm: Any, step: int, term_names: list[str], train: TrainConfig
-) -> None:
-    """Stop training at `step` if any rank's loss term (`nonfinite [K]`, summed over ranks) or the global
-    gradient norm is not finite, before the optimizer applies it: a NaN must never reach the weights, a
-    checkpoint or final/. Every rank sees the same reduced values, so every rank stops together.
-
-    Raises:
-        NonFiniteLoss: one line naming the step, the loss terms and the likely cause.
-    """
-    bad = [name for name, n in zip(term_names, nonfinite.tolist(), strict=True) if n > 0]
-    norm_bad = grad_norm is not None and not math.isfinite(float(grad_norm))
-    if not bad and not norm_bad:
-        return
-    what = f"loss term(s) {', '.join(bad)}" if bad else f"the gradient norm ({float(grad_norm)})"
-    if step == 1:
-        cause = ("at the first step this comes from the inputs, not from training: the target's features or "
-                 "logits, or the drafter's initial weights, are not finite (check the target weights, "
-                 "target.dtype and the feature cache)")  # fmt: skip
-    elif train.mixed_precision == "fp16":
-        cause = "fp16 overflow is likely: use train.mixed_precision=bf16 or no"
-    else:
-        cause = (f"the updates diverged: lower train.lr (now {train.lr:g})"
-                 + ("" if train.max_grad_norm else " or set train.max_grad_norm=1.0"))  # fmt: skip
-    raise NonFiniteLoss(
-        f"training stopped at step {step}: {what} not finite; {cause}. The step was not applied and final/ "
-        "was not written; the last checkpoint (if any) holds finite weights."
-    )
-
-
 def _truncate_metrics(path: Path, step: int, accelerator: Accelerator, finished: bool) -> None:
     """Drop records logged after the resumed checkpoint, so metrics.jsonl reads as one uninterrupted run
     (`finished`: the checkpoint is the last step's, whose held-out evaluation runs again after it)."""
 
     def before(r: dict[str, Any]) -> bool:
-        return r["step"] < step or (r["step"] == step and not (finished and any(k.startswith("eval/") for k in r)))
+        return r["step"] < step or (
+            r["step"] == step and not (finished and any(k.startswith("eval/") for k in r))
+        )
 
     if accelerator.is_main_process and path.is_file():
         kept = [r for r in read_metrics(path) if before(r)]

@@ -68,12 +68,18 @@ class TrainingMethod:
         """What `draftsmith train` prints at the end: the held-out metrics (start -> end)."""
         keys = sorted(k for k in result.eval if k.endswith(("/loss", "/top1", "tau_estimate")))
         return "\n".join(
-            f"{k}: {result.initial_eval[k]:.4f} -> {result.eval[k]:.4f}" if k in result.initial_eval
-            else f"{k}: {result.eval[k]:.4f}" for k in keys
-        )  # fmt: skip
+            f"{k}: {result.initial_eval[k]:.4f} -> {result.eval[k]:.4f}"
+            if k in result.initial_eval
+            else f"{k}: {result.eval[k]:.4f}"
+            for k in keys
+        )
 
     def save_final(
-        self, out: Path, target: FrozenTarget, extra: dict[str, Any], state_dict: dict[str, torch.Tensor] | None
+        self,
+        out: Path,
+        target: FrozenTarget,
+        extra: dict[str, Any],
+        state_dict: dict[str, torch.Tensor] | None,
     ) -> Path:
         """Write `final/` (default: a draftsmith drafter checkpoint of `self.model`). `state_dict`: the weights
         gathered from FSDP / ZeRO-3, written instead of the module's own."""

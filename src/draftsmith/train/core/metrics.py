@@ -104,5 +104,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         except ValueError as err:
             if number == len(lines):
                 break  # the record being appended when the run died
-            raise ValueError(f"{path}:{number} is not a JSON record ({err}); fix or delete that line") from None
+            raise ValueError(
+                f"{path}:{number} is not a JSON record ({err}); fix or delete that line"
+            ) from None
     return records

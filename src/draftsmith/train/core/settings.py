@@ -52,7 +52,9 @@ class TrainConfig:
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ValueError(f"train.max_grad_norm must be > 0 (or null: no clipping), got {self.max_grad_norm}")
+            raise ValueError(
+                f"train.max_grad_norm must be > 0 (or null: no clipping), got {self.max_grad_norm}"
+            )
 
 
 @dataclass

@@ -43,7 +43,9 @@ class DamagedCheckpoint(UserError):
 
 def write_manifest(directory: Path, fmt: str) -> None:
     files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
-    entries = {str(p.relative_to(directory)): {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in files}
+    entries = {
+        str(p.relative_to(directory)): {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in files
+    }
     (directory / MANIFEST).write_text(json.dumps({"format": fmt, "files": entries}, indent=1) + "\n")
 
 
@@ -57,7 +59,9 @@ def verify_manifest(directory: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
-        raise DamagedCheckpoint(f"{directory} has no {MANIFEST}: not a complete draftsmith checkpoint") from None
+        raise DamagedCheckpoint(
+            f"{directory} has no {MANIFEST}: not a complete draftsmith checkpoint"
+        ) from None
     except ValueError as err:
         raise DamagedCheckpoint(f"{path} is not valid JSON ({err})") from None
     for name, entry in manifest.get("files", {}).items():
@@ -65,16 +69,22 @@ def verify_manifest(directory: Path) -> dict[str, Any]:
         if not file.is_file():
             raise DamagedCheckpoint(f"{file} is missing")
         if file.stat().st_size != entry["bytes"]:
-            raise DamagedCheckpoint(f"{file} is {file.stat().st_size} bytes, {entry['bytes']} were written (truncated?)")
+            raise DamagedCheckpoint(
+                f"{file} is {file.stat().st_size} bytes, {entry['bytes']} were written (truncated?)"
+            )
         if sha256_file(file) != entry["sha256"]:
-            raise DamagedCheckpoint(f"{file} does not match its sha256 in {MANIFEST} (the file was changed or damaged)")
+            raise DamagedCheckpoint(
+                f"{file} does not match its sha256 in {MANIFEST} (the file was changed or damaged)"
+            )
     return manifest
 
 
 def pickled_files(directory: Path) -> list[str]:
     """Files of a checkpoint that are neither JSON, YAML nor safetensors (pickles, or anything unknown)."""
     return sorted(
-        str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file() and not p.name.endswith(SAFE_SUFFIXES)
+        str(p.relative_to(directory))
+        for p in directory.rglob("*")
+        if p.is_file() and not p.name.endswith(SAFE_SUFFIXES)
     )
 
 
@@ -168,20 +178,24 @@ def _tuples(obj: Any) -> Any:
     return tuple(_tuples(v) for v in obj) if isinstance(obj, (list, tuple)) else obj
 
 
-def save_training_state(directory: Path, model: torch.nn.Module, optimizer: Any, scheduler: Any, rank: int,
-                        is_main: bool) -> None:  # fmt: skip
+def save_training_state(
+    directory: Path, model: torch.nn.Module, optimizer: Any, scheduler: Any, rank: int, is_main: bool
+) -> None:
     """Write this process's part of the state into `directory` (every rank calls it; the main one writes the
     model, optimizer and scheduler, each rank its generators)."""
     directory.mkdir(parents=True, exist_ok=True)
     if is_main:
         save_file(_trainable_state(model), str(directory / "model.safetensors"))
         _save_split(optimizer.state_dict(), directory, "optimizer")
-        (directory / "scheduler.json").write_text(json.dumps(_split(scheduler.state_dict(), "scheduler", {})) + "\n")
+        (directory / "scheduler.json").write_text(
+            json.dumps(_split(scheduler.state_dict(), "scheduler", {})) + "\n"
+        )
     _save_split(rng_state(), directory, f"rng-{rank}")
 
 
-def load_training_state(directory: Path, model: torch.nn.Module, optimizer: Any, scheduler: Any,
-                        rank: int) -> str | None:  # fmt: skip
+def load_training_state(
+    directory: Path, model: torch.nn.Module, optimizer: Any, scheduler: Any, rank: int
+) -> str | None:
     """Restore what `save_training_state` wrote; returns a notice when this rank's generators were not saved
     (more processes than the run that saved it)."""
     state = load_file(str(directory / "model.safetensors"))

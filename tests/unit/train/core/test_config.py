@@ -461,8 +461,11 @@ def test_resume_followed_by_an_override_resumes_the_latest_checkpoint(tmp_path):
     from draftsmith.train.core.entry import resume_before_overrides
 
     assert resume_before_overrides(["--config", "r.yaml", "--resume", "train.lr=1e-4"]) == [
-        "--config", "r.yaml", "--resume=latest", "train.lr=1e-4"
-    ]  # fmt: skip
+        "--config",
+        "r.yaml",
+        "--resume=latest",
+        "train.lr=1e-4",
+    ]
     ckpt = tmp_path / "checkpoint-4"
     assert resume_before_overrides(["--resume", str(ckpt), "a=b"]) == ["--resume", str(ckpt), "a=b"]
     assert resume_before_overrides(["--resume"]) == ["--resume"]

@@ -15,7 +15,9 @@ from draftsmith.runtime.run_lock import LOCK_NAME, DirectoryBusy, RunLock
 
 
 def _dead_pid() -> int:
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     return int(proc.stdout)
 
 
@@ -23,7 +25,9 @@ def test_second_writer_refused_while_the_first_holds_it(tmp_path):
     with RunLock(tmp_path, "training") as first:
         info = json.loads(first.path.read_text())
         assert info["pid"] == os.getpid() and info["host"] == socket.gethostname()
-        with pytest.raises(DirectoryBusy, match=rf"in use by training, pid {os.getpid()} on {socket.gethostname()}"):
+        with pytest.raises(
+            DirectoryBusy, match=rf"in use by training, pid {os.getpid()} on {socket.gethostname()}"
+        ):
             RunLock(tmp_path, "export").acquire()
     assert not (tmp_path / LOCK_NAME).exists()
     RunLock(tmp_path, "training").acquire().release()  # free again
@@ -38,7 +42,9 @@ def test_a_dead_holders_lock_is_taken_over_with_a_notice(tmp_path):
 
 
 def test_another_hosts_lock_is_never_taken_over(tmp_path):
-    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere.example", "purpose": "caching"}))
+    (tmp_path / LOCK_NAME).write_text(
+        json.dumps({"pid": 1, "host": "elsewhere.example", "purpose": "caching"})
+    )
     with pytest.raises(DirectoryBusy, match=r"on another host: if it is gone, delete .*\.draftsmith\.lock"):
         RunLock(tmp_path, "training").acquire()
 
