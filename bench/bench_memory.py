@@ -108,7 +108,7 @@ def build_method(name: str, target: Any, seq: int) -> Any:
     # EAGLE-3 picks its draft vocabulary from the training data's answer tokens; the others ignore the data.
     data: Any = SimpleNamespace(train=[{"input_ids": ids, "loss_mask": torch.ones(seq, dtype=torch.bool)}])
     recipes: dict[str, tuple[Any, Any]] = {
-        "medusa": (medusa, medusa.MedusaRecipe(model=MedusaConfig(num_heads=MEDUSA_HEADS))),
+        "medusa": (medusa, medusa.MedusaRecipe(draft=MedusaConfig(num_heads=MEDUSA_HEADS))),
         "eagle3": (
             eagle,
             eagle.EagleRecipe(
@@ -117,7 +117,7 @@ def build_method(name: str, target: Any, seq: int) -> Any:
                 )
             ),
         ),
-        "mtp": (mtp, mtp.MTPRecipe(model=MTPConfig(num_modules=MTP_MODULES))),
+        "mtp": (mtp, mtp.MTPRecipe(draft=MTPConfig(num_modules=MTP_MODULES))),
         "distill": (
             distill,
             distill.DistillRecipe(draft=DraftLMConfig(init="target", num_layers=DISTILL_LAYERS)),

@@ -142,10 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         from draftsmith.config.loader import load_config
         from draftsmith.train.eagle import RECIPE
 
-        recipe = load_config(
+        eagle_recipe = load_config(
             RECIPE, REPO / "recipes" / "eagle" / "eagle3_toy.yaml", [f"target.path={args.target}", *data]
         )
-        ds = build_datasets(recipe.data, target.tokenizer, seed=0, progress=False).train
+        ds = build_datasets(eagle_recipe.data, target.tokenizer, seed=0, progress=False).train
         batches = [collate([ds[i] for i in range(j, j + 8)], 0) for j in range(0, 8 * 20, 8)]
         times = []
         for b in batches:

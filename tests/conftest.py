@@ -80,7 +80,7 @@ def _toy_source_hash() -> str:
 
     h = hashlib.sha256(sys.version.encode())
     for mod in (corpus, toy, tok):
-        h.update(Path(mod.__file__).read_bytes())
+        h.update(Path(inspect.getfile(mod)).read_bytes())
     return h.hexdigest()[:16]
 
 

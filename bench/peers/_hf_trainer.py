@@ -17,8 +17,7 @@ def collate(batch):
 class AccuracyTrainer(Trainer):
     """Keeps the model output's `train_acc` (ModelOpt's per-step or per-slot top-1) of the last step."""
 
-    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
-        kwargs.pop("num_items_in_batch", None)
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**inputs)
         self._last_acc = outputs.train_acc
         return (outputs.loss, outputs) if return_outputs else outputs.loss
@@ -28,7 +27,7 @@ class StepLogger(TrainerCallback):
     """Wall seconds of every optimizer step and the trainer's logs, printed every `every` steps."""
 
     def __init__(self, trainer_ref, every, label="acc"):
-        self.t0 = None
+        self.t0 = 0.0
         self.times = []
         self.records = []
         self.trainer_ref = trainer_ref

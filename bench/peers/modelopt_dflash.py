@@ -52,6 +52,7 @@ import contextlib
 import json
 import os
 import time
+from typing import Any
 
 import modelopt
 import modelopt.torch.opt as mto
@@ -151,7 +152,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
 
     tok = AutoTokenizer.from_pretrained(a.model)
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(
+        a.model, dtype=torch.float32
+    )  # ModelOpt converts it in place
     cfg = model.config
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else (cfg.pad_token_id or 0)
     records = load_records(a.data, a.max_samples)

@@ -39,6 +39,7 @@ import json
 import os
 import time
 from collections import Counter
+from typing import Any
 
 import modelopt.torch.opt as mto
 import modelopt.torch.speculative as mtsp
@@ -134,7 +135,7 @@ def load_records(path, tok, seq_len, max_samples):
 
 def build_d2t(records, vocab_size, draft_vocab_size):
     """ModelOpt calibrate_frequent_vocab semantics on token counts."""
-    counter = Counter()
+    counter: Counter[int] = Counter()
     for ids, _ in records:
         counter.update(ids)
     vocab = [t for t, _ in counter.most_common(draft_vocab_size)]
@@ -175,7 +176,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
 
     tok = AutoTokenizer.from_pretrained(a.model)
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(
+        a.model, dtype=torch.float32
+    )  # ModelOpt converts it in place
     cfg = model.config
     V, H, L = cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers
     VD = a.draft_vocab_size or V

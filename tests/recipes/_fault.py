@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -31,7 +32,7 @@ def _output_dir(argv: list[str]) -> Path:
     return Path(next(a.split("=", 1)[1] for a in argv if a.startswith("output_dir=")))
 
 
-def _before_checkpoint(step: int, action) -> None:
+def _before_checkpoint(step: int, action: Callable[[Path], object]) -> None:
     import draftsmith.train.core.loop as loop
 
     original = loop.save_checkpoint
@@ -41,7 +42,7 @@ def _before_checkpoint(step: int, action) -> None:
             action(Path(output_dir))
         return original(accelerator, output_dir, at_step, *args, **kwargs)
 
-    loop.save_checkpoint = wrapped
+    loop.save_checkpoint = wrapped  # type: ignore[assignment]  # a spy with the same call signature
 
 
 def _fill(directory: Path, free: int) -> None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Literal
 
 import torch
 import torch.distributed as dist
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from draftsmith.models.target import FrozenTarget, TargetConfig  # noqa: E402
+from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig  # noqa: E402
 from draftsmith.train.core.distributed import local_parameter_count, shard_frozen_target  # noqa: E402
 
 
@@ -32,24 +33,26 @@ def main() -> None:
     ids = torch.randint(0, target.vocab_size, (2, 9))
     mask = torch.ones_like(ids)
     mask[1, 6:] = 0
-    layers = (1, target.num_layers, "final")
+    layers: tuple[LayerId, ...] = (1, target.num_layers, "final")
     ref, ref_logits = target.forward(ids, mask, layer_ids=layers, return_logits=True)
     ref_embed = target.embed_tokens(ids)
     x = ref["final"].detach().clone().requires_grad_(True)  # gradients flow through the frozen head
     (target.lm_head(x) ** 2).sum().backward()  # into a drafter's predicted features (EAGLE-1, MTP)
     ref_grad = x.grad
     full = local_parameter_count(target.model)
-    shard_frozen_target(target.model, kind, "cpu")  # type: ignore[arg-type]
+    sharding: Literal["fsdp", "zero3"] = "zero3" if kind == "zero3" else "fsdp"
+    shard_frozen_target(target.model, sharding, "cpu")
     feats, logits = target.forward(ids, mask, layer_ids=layers, return_logits=True)
     embed = target.embed_tokens(ids)  # what EAGLE / MTP drafters call directly
     head = target.lm_head(ref["final"])
     y = ref["final"].detach().clone().requires_grad_(True)
     (target.lm_head(y) ** 2).sum().backward()
     diffs = {str(k): float((feats[k] - ref[k]).abs().max()) for k in layers}
-    diffs["logits"] = float((logits - ref_logits).abs().max())  # type: ignore[operator]
+    assert logits is not None and ref_logits is not None and y.grad is not None and ref_grad is not None
+    diffs["logits"] = float((logits - ref_logits).abs().max())
     diffs["embed"] = float((embed - ref_embed).abs().max())
-    diffs["head"] = float((head - ref_logits).abs().max())  # type: ignore[operator]
-    diffs["head_grad"] = float((y.grad - ref_grad).abs().max())  # type: ignore[operator]
+    diffs["head"] = float((head - ref_logits).abs().max())
+    diffs["head_grad"] = float((y.grad - ref_grad).abs().max())
     result = {"full": full, "local": local_parameter_count(target.model), "diffs": diffs}
     if dist.get_rank() == 0:
         with open(out, "w") as f:

@@ -55,7 +55,7 @@ def world(tiny_toy_target, tmp_path_factory) -> World:
     return World(root, Path(tiny_toy_target), drafter, medusa, data)
 
 
-def _copy(src: Path, dst: Path, edit: Callable[[Path], None]) -> Path:
+def _copy(src: Path, dst: Path, edit: Callable[[Path], object]) -> Path:
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(src, dst)
@@ -69,7 +69,7 @@ def _flip_last_byte(d: Path) -> None:
     (d / "model.safetensors").write_bytes(bytes(data))
 
 
-def _truncate(name: str, keep: int) -> Callable[[Path], None]:
+def _truncate(name: str, keep: int) -> Callable[[Path], object]:
     return lambda d: (d / name).write_bytes((d / name).read_bytes()[:keep])
 
 
@@ -675,7 +675,7 @@ def test_fault_is_one_clear_line_and_changes_nothing(case, world, capsys, monkey
     argv = setup(world)  # builds the damaged copies first: they are part of "before"
     before = _snapshot(world.root)
     try:
-        code = cli(argv)
+        code: str | int | None = cli(argv)
     except SystemExit as exit_:  # argparse's usage errors: `usage: ...` then `PROG: error: ...`, status 2
         code = exit_.code
     err = capsys.readouterr().err

@@ -20,7 +20,7 @@ def test_packages_import_only_what_the_design_allows():
 
 
 def test_the_rule_checker_catches_a_cycle_and_a_forbidden_import():
-    table = {p: set() for p in PACKAGES}
+    table: dict[str, set[str]] = {p: set() for p in PACKAGES}
     table["models"] = {"train"}
     table["train"] = {"models"}
     problems = broken_rules(table)

@@ -119,11 +119,12 @@ def read_drafter_config(ckpt_dir: str | Path) -> dict[str, Any]:
 
 def load_drafter(
     ckpt_dir: str | Path, target: FrozenTarget | None = None, device: torch.device | str = "cpu"
-) -> tuple[nn.Module, dict[str, Any]]:
+) -> tuple[Any, dict[str, Any]]:
     """Load a drafter checkpoint; when `target` is given, refuse it if it is not the training target.
 
     Returns:
-        `(model in eval mode, config.json dict)`.
+        `(model in eval mode, config.json dict)`; the model's class is the kind's (models/families.py), known
+        only from config.json, hence `Any`.
     """
     config = read_drafter_config(ckpt_dir)
     if target is not None:

@@ -209,6 +209,7 @@ class DFlashDraft(DrafterOnTarget):
 
         if config.mask_token_id is None:
             raise ValueError("DFlashDraft needs a resolved draft.mask_token_id (see pick_mask_token)")
+        self.mask_token_id: int = config.mask_token_id
         self.config = config
         self.target_config = target_config
         self.layer_config = draft_layer_config(target_config, vocab_size, layer="qwen3")
@@ -275,7 +276,7 @@ class DFlashDraft(DrafterOnTarget):
         the anchor token (the mask token in a padding block), slots 1..B-1 the mask token; position a + k."""
         B = self.block_size
         ids = torch.full(
-            (*anchors.shape, B), self.config.mask_token_id, device=anchors.device, dtype=torch.long
+            (*anchors.shape, B), self.mask_token_id, device=anchors.device, dtype=torch.long
         )
         ids[..., 0] = torch.where(keep, input_ids.gather(1, anchors), ids[..., 0])
         positions = anchors[..., None] + torch.arange(B, device=anchors.device)

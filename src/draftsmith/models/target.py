@@ -143,13 +143,14 @@ class FrozenTarget:
         return next(self.model.parameters()).device
 
     @property
-    def lm_head(self) -> nn.Module:
+    def lm_head(self) -> nn.Linear:
         """The model's output embedding (a Linear): the raw weight. Logits come from `head`, which adds what
         the architecture applies after it (Granite's logit scaling, Gemma-2's soft-capping)."""
-        return self.model.get_output_embeddings()
+        head: Any = self.model.get_output_embeddings()  # transformers types it as any Module
+        return head
 
     @property
-    def embed_tokens(self) -> nn.Module:
+    def embed_tokens(self) -> PlainEmbedding:
         """The input embedding as drafters use it: a plain table lookup (`embedding`), never the scale some
         decoders apply inside (see `PlainEmbedding`)."""
         return self.embedding
@@ -240,7 +241,7 @@ class FrozenTarget:
             raise KeyError(
                 f"the batch's cached features lack layer ids {missing}; rebuild the cache for this recipe"
             )
-        dtype: torch.dtype = self.lm_head.weight.dtype  # type: ignore[assignment]
+        dtype = self.lm_head.weight.dtype
         feats = {lid: batch[feature_key(lid)].to(dtype) for lid in layer_ids}
         logits = self.head(batch[feature_key("final")].to(dtype)) if return_logits else None
         return feats, logits

@@ -37,9 +37,9 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from draftsmith.data.stdlib_corpus import stdlib_conversations
+from draftsmith.data.stdlib_corpus import Split, stdlib_conversations
 from draftsmith.runtime.files import atomic_dir
-from draftsmith.toy.tokenizer import END_TOKEN, SPECIAL_TOKENS, train_tokenizer
+from draftsmith.toy.tokenizer import END_TOKEN, SPECIAL_TOKENS, render_chat, train_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -267,9 +267,12 @@ def _load_corpus(sources: list[str]) -> _Corpus:
     data = _Corpus([], [])
     for source in sources:
         if source == "stdlib":
-            for split, texts in (("train", data.train_texts), ("heldout", data.heldout_texts)):
-                convs = stdlib_conversations(split)
-                texts.extend(renderer.apply_chat_template(c["messages"], tokenize=False) for c in convs)
+            splits: tuple[tuple[Split, list[str]], ...] = (
+                ("train", data.train_texts),
+                ("heldout", data.heldout_texts),
+            )
+            for split, texts in splits:
+                texts.extend(render_chat(renderer, c["messages"]) for c in stdlib_conversations(split))
             continue
         from draftsmith.data.conversations import read_conversations  # lazy: optional data readers
 
@@ -278,7 +281,7 @@ def _load_corpus(sources: list[str]) -> _Corpus:
                 text = conv.text + END_TOKEN  # documents are separated like turns
             else:
                 try:
-                    text = renderer.apply_chat_template(conv.messages, tokenize=False)
+                    text = render_chat(renderer, conv.messages)
                 except jinja2.TemplateError as err:
                     raise ValueError(
                         f"{conv.source}: the toy chat template cannot render this conversation ({err}); "

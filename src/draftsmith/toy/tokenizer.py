@@ -10,6 +10,7 @@ tests rely on.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
@@ -71,3 +72,10 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast
+
+
+def render_chat(tokenizer: PreTrainedTokenizerFast, messages: list[dict[str, Any]]) -> str:
+    """A conversation rendered as text by the tokenizer's chat template."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert isinstance(text, str)  # tokenize=False renders one string
+    return text

@@ -125,7 +125,8 @@ def test_sharegpt_roles_tools_and_dpo_chosen(shared_data: Path) -> None:
     }
     assert [m["role"] for m in conv.messages] == [expected_roles[t["from"]] for t in raw["conversations"]]
     assert [m["content"] for m in conv.messages] == [t["value"] for t in raw["conversations"]]
-    assert conv.tools == json.loads(raw["tools"]) and conv.tools[0]["name"] == "search_recipes"
+    assert conv.tools is not None and conv.tools == json.loads(raw["tools"])
+    assert conv.tools[0]["name"] == "search_recipes"
 
     dpo = shared_data / "llamafactory_demo/dpo_en_demo.json"
     raws = _raw_records(dpo)

@@ -29,12 +29,12 @@ def test_tree_forward_matches_sequential_and_compacted_cache_continues_exactly()
         ref = model(torch.cat([prefix[0], path])[None]).logits[0, -1]
         torch.testing.assert_close(tree_logits[node], ref, atol=1e-5, rtol=1e-5)
     # Oracle 2: after keeping the scattered path 0 -> 2 -> 4, the next token's logits equal a fresh forward.
-    path = [0, 2, 4]
-    keep_path(cache, past, path)
+    kept = [0, 2, 4]
+    keep_path(cache, past, kept)
     assert cache.get_seq_length() == past + 3
     nxt = torch.tensor([[7]])
     got = model(nxt, past_key_values=cache).logits[0, -1]
-    ref = model(torch.cat([prefix[0], tree.tokens[path], nxt[0]])[None]).logits[0, -1]
+    ref = model(torch.cat([prefix[0], tree.tokens[kept], nxt[0]])[None]).logits[0, -1]
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
 
 

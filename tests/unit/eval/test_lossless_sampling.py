@@ -12,6 +12,8 @@ rule is caught by the same statistic) is in test_verify.py.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -20,6 +22,7 @@ from conftest import make_tiny_llama
 
 from draftsmith.eval.decoder import SpeculativeDecoder
 from draftsmith.eval.drafters import EagleDrafter, LMDrafter
+from draftsmith.eval.drafters.base import Drafter
 from draftsmith.eval.drafters.peagle import PEagleDrafter
 from draftsmith.eval.sampling import Sampling
 from draftsmith.eval.tree import parse_tree
@@ -86,7 +89,7 @@ def test_first_tokens_follow_the_target_distribution(drafter, tree, sampling):
     target_model = sharp_llama(seed=0, scale=8.0)
     target = FrozenTarget(target_model, types.SimpleNamespace(eos_token_id=None), "tiny-v5")
     # unrelated / untrained models: poor drafters
-    builders = {
+    builders: dict[str, Callable[[Any], Drafter]] = {
         "lm": lambda m: LMDrafter(sharp_llama(seed=1, scale=8.0)),
         "eagle3": eagle3_drafter,
         "peagle": peagle_drafter,

@@ -25,7 +25,7 @@ def llama():
 @pytest.fixture()
 def sdpa_masks(monkeypatch):
     """The masks every SDPA call receives; the eager attention raises if anything calls it."""
-    seen: list[torch.Tensor] = []
+    seen: list[torch.Tensor | None] = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
     def spy(*args, **kwargs):

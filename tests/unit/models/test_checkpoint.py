@@ -1,4 +1,5 @@
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from draftsmith.models.target import FrozenTarget
 def test_roundtrip_and_target_check(tmp_path, tiny_random_target, toy_tokenizer):
     t = tiny_random_target
     heads = MedusaHeads(MedusaConfig(num_heads=2, num_layers=1), t.hidden_size, t.vocab_size)
-    torch.nn.init.normal_(heads.heads[0][0].linear.weight)
+    first: Any = heads.heads[0]  # nn.Sequential(ResBlock, ..., Linear)
+    torch.nn.init.normal_(first[0].linear.weight)
     out = save_drafter(tmp_path / "final", heads, t.identity(), extra={"training": {"steps": 3}})
     cfg = read_drafter_config(out)
     assert cfg["kind"] == "medusa" and cfg["feature_layers"] == ["final"] and cfg["training"]["steps"] == 3

@@ -3,6 +3,8 @@ kept for backward; metrics are skipped only while a chunk is recomputed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -24,7 +26,7 @@ def head_and_inputs() -> tuple[torch.nn.Linear, torch.Tensor, torch.Tensor, torc
     return head, hidden, labels, mask
 
 
-def ce_chunk(head: torch.nn.Linear, calls: list[bool]) -> object:
+def ce_chunk(head: torch.nn.Linear, calls: list[bool]) -> Callable[..., ChunkResult]:
     def fn(h: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> ChunkResult:
         calls.append(recomputing())
         logits = head(h).float()

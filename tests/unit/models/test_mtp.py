@@ -152,7 +152,7 @@ def test_drafter_tree_children_are_the_ranked_tokens_of_the_forward_along_their_
     shape = parse_tree("topk:2", 3)
     tree = drafter.propose(context, shape, Sampling(), None)
     tokens, parents = tree.tokens.tolist(), tree.parents
-    path = {0: []}
+    path: dict[int, list[int]] = {0: []}
     for i in range(1, len(parents)):
         path[i] = path[parents[i]] + [tokens[i]]
     padded = torch.cat([feats[L], torch.zeros(1, 3, feats[L].shape[-1])], dim=1)

@@ -3,6 +3,8 @@ and gradients, with grouped KV heads, at every step count, and with scores far f
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -75,7 +77,7 @@ def test_own_column_dominated_by_a_diagonal_key():
 def test_other_masks_go_to_sdpa_unchanged():
     """The registered attention only intercepts the TTT pattern; a tensor mask gives transformers' SDPA."""
     q, k, v = (x.detach().float() for x in inputs(2, 2, 4, 1, 1.0))
-    module = torch.nn.Module()
+    module: Any = torch.nn.Module()
     module.is_causal, module.num_key_value_groups = True, 1
     mask = torch.rand(1, 1, 4, 4) > 0.3
     mask[..., 0] = True

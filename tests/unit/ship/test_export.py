@@ -8,7 +8,9 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import engine_reference as ref
 import pytest
@@ -48,7 +50,7 @@ def _randomize(model: torch.nn.Module, seed: int) -> None:
             p.copy_(1 + noise if p.ndim == 1 and "norm" in name else noise)
 
 
-def _eagle3(target: FrozenTarget, layer: str = "llama") -> Eagle3Draft:
+def _eagle3(target: FrozenTarget, layer: Literal["llama", "qwen3"] = "llama") -> Eagle3Draft:
     draft = Eagle3Draft(
         EagleConfig(version=3, feature_layers=[1, 2, 3], draft_vocab_size=VD, ttt_steps=3, layer=layer),
         target.model.config,
@@ -78,7 +80,7 @@ def _mtp(target: FrozenTarget) -> MTPDraft:
     return draft
 
 
-BUILDERS = {
+BUILDERS: dict[str, Callable[[FrozenTarget], torch.nn.Module]] = {
     "eagle3": _eagle3,
     "eagle": _eagle1,
     "medusa": _medusa,
@@ -481,14 +483,14 @@ def test_closed_loop_speculators_loads_the_vllm_export(checkpoints, target, tmp_
     from draftsmith.ship.check_engine_load import run_closed_loop
 
     out, _, _ = export(checkpoints["eagle3"], "vllm", tmp_path / "vllm")
-    report = run_closed_loop(str(checkpoints["eagle3"]), str(out), _speculators_python(), tokens=24)
+    report = run_closed_loop(str(checkpoints["eagle3"]), str(out), str(_speculators_python()), tokens=24)
     assert report["ok"] and report["max_abs_diff"] <= 1e-4 and report["steps"] == 3, report
     # Negative control: swap the two input norms in the export; the engine's forward must disagree.
     state = load_file(str(out / "model.safetensors"))
     a, b = "layers.0.input_layernorm.weight", "layers.0.hidden_norm.weight"
     state[a], state[b] = state[b], state[a]
     save_file(state, str(out / "model.safetensors"))
-    report = run_closed_loop(str(checkpoints["eagle3"]), str(out), _speculators_python(), tokens=24)
+    report = run_closed_loop(str(checkpoints["eagle3"]), str(out), str(_speculators_python()), tokens=24)
     assert not report["ok"] and report["max_abs_diff"] > 1e-3
 
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+import draftsmith.toy.build as cli
 from draftsmith.data.stdlib_corpus import stdlib_conversations
-from draftsmith.toy import build as cli
 from draftsmith.toy.target import (
     DRAFT_PRESETS,
     PRESETS,

@@ -1,6 +1,7 @@
 """The end-of-training tables (EAGLE / P-EAGLE, DFlash): one cell per column, with or without held-out figures."""
 
 from types import SimpleNamespace
+from typing import Any
 
 from draftsmith.train.core.loop import LoopResult
 from draftsmith.train.dflash import DFlashMethod
@@ -24,7 +25,7 @@ def test_step_table_reports_start_and_end() -> None:
 
 
 def test_dflash_table_without_evaluation_shows_dashes() -> None:
-    method = SimpleNamespace(term_names=["depth1", "depth2"])
+    method: Any = SimpleNamespace(term_names=["depth1", "depth2"])
     table = DFlashMethod.report(method, LoopResult(step=3, last_train={}, eval={}, initial_eval={}))
     assert table.splitlines()[2:] == ["| 1 | - | - | - | - |", "| 2 | - | - | - | - |"]
     assert "nan" not in table
@@ -34,7 +35,7 @@ def test_dflash_table_reports_start_and_end() -> None:
     end = {f"eval/depth1/{k}": v for k, v in (("top1", 0.5), ("prefix", 0.4), ("alpha", 0.6), ("loss", 2.0))}
     end["eval/tau_estimate"] = 1.4
     start = {"eval/depth1/top1": 0.1}
-    method = SimpleNamespace(term_names=["depth1"])
+    method: Any = SimpleNamespace(term_names=["depth1"])
     table = DFlashMethod.report(method, LoopResult(step=3, last_train={}, eval=end, initial_eval=start))
     assert "| 1 | 0.100 -> 0.500 | 0.400 | 0.600 | 2.000 |" in table
     assert table.endswith("1.400")

@@ -24,7 +24,7 @@ class MedusaDrafter:
 
     def __init__(self, heads: MedusaHeads):
         self.heads = heads
-        self.max_depth = heads.config.num_heads
+        self.max_depth: int | None = heads.config.num_heads
         self.feature: torch.Tensor | None = None
 
     def start(self) -> None:

@@ -307,7 +307,7 @@ def test_runtime_annotations_without_future_import() -> None:
     plain = make_dataclass(
         "Plain", [("lr", float, field(default=0.1)), ("tags", list[str] | None, field(default=None))]
     )
-    cfg = load_config(plain, None, ["lr=3e-4", "tags=[a, b]"])
+    cfg: Any = load_config(plain, None, ["lr=3e-4", "tags=[a, b]"])
     assert (cfg.lr, cfg.tags) == (pytest.approx(3e-4), ["a", "b"])
     with pytest.raises(ConfigError, match=r"^tags\[1\]: expected str, got 2 \(int\)"):
         load_config(plain, None, ["tags=[a, 2]"])

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Install draftsmith with its test tools (CPU torch) and run the test suite; tests marked `slow` (the rest of
-# the architecture matrix) run with `bash scripts/test.sh -m slow`. Extra arguments go to pytest.
+# Install draftsmith with its test tools (CPU torch), check formatting, lint and types, then run the test suite;
+# tests marked `slow` (the rest of the architecture matrix) run with `bash scripts/test.sh -m slow`. Extra
+# arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q "torch==2.13.0" -e ".[dev]"
+python -m ruff format --check .
+python -m ruff check .
+python -m mypy
 code=0
 python -m pytest -q --durations=15 -m "not slow" "$@" || code=$?
 if [ "$code" -eq 5 ]; then  # pytest's "no tests collected": a run that tested nothing has not passed
