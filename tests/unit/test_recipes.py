@@ -7,6 +7,8 @@ import json
 from importlib.resources import files
 from pathlib import Path
 
+import pytest
+
 from draftsmith.config.loader import load_config
 from draftsmith.train.methods import TRAIN_METHODS
 
@@ -59,3 +61,21 @@ def test_recipes_ship_as_package_data():
     for path in [*(REPO / "recipes").rglob("*.yaml"), *(REPO / "recipes").rglob("*.json")]:
         rel = path.relative_to(REPO / "recipes")
         assert packaged.joinpath(*rel.parts).read_text() == path.read_text()
+
+
+def test_recipe_paths_resolve_to_the_shipped_recipes_from_any_directory(tmp_path, monkeypatch):
+    """`--config recipes/medusa/toy.yaml` works outside a checkout (the recipes draftsmith installs), a file of
+    that name in the working directory wins, and a recipe that exists nowhere still fails naming the path."""
+    from draftsmith.config.loader import ConfigError, recipe_path
+
+    monkeypatch.chdir(tmp_path)
+    shipped = recipe_path("recipes/medusa/toy.yaml")
+    assert shipped == Path(str(files("draftsmith"))) / "recipes" / "medusa" / "toy.yaml" and shipped.is_file()
+    cfg = load_config(RECIPE_CLASSES["medusa"], "recipes/medusa/toy.yaml", ["target.path=t"])
+    assert cfg == load_config(RECIPE_CLASSES["medusa"], shipped, ["target.path=t"])
+    (tmp_path / "recipes" / "medusa").mkdir(parents=True)
+    (tmp_path / "recipes" / "medusa" / "toy.yaml").write_text("train:\n  lr: 0.5\n")
+    assert recipe_path("recipes/medusa/toy.yaml") == Path("recipes/medusa/toy.yaml")
+    assert load_config(RECIPE_CLASSES["medusa"], "recipes/medusa/toy.yaml", ["target.path=t"]).train.lr == 0.5
+    with pytest.raises(ConfigError, match=r"^config file not found: recipes/medusa/nope\.yaml$"):
+        load_config(RECIPE_CLASSES["medusa"], "recipes/medusa/nope.yaml")
