@@ -89,11 +89,8 @@ def compare(rev: str, target: str, recipe: str, work: Path) -> dict[str, Any]:
                 f"output_dir={work / name}",
             ]
             procs[name] = (cmd, work / f"{name}-train.log", path)
-        for (
-            cmd,
-            log,
-            path,
-        ) in procs.values():  # one after the other: the timings are not compared, the bits are
+        # One after the other: the timings are not compared, the bits are.
+        for cmd, log, path in procs.values():
             _run(cmd, log, path)
         final = work / "new" / "final"
         for name, path in (("old", pythonpath), ("new", None)):
