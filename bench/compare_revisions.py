@@ -50,6 +50,7 @@ def _old_checkout(rev: str, root: Path) -> tuple[Path, Path]:
         return src, src / "src"
     pkg = root / "pkg" / "draftsmith"
     pkg.mkdir(parents=True)
+    (pkg / "__init__.py").touch()  # a regular package, so the installed draftsmith cannot take its place
     for name in PACKAGES:
         if (src / name).is_dir():
             (pkg / name).symlink_to(src / name)
