@@ -275,9 +275,7 @@ class DFlashDraft(DrafterOnTarget):
         """`(block ids [R, N*B], positions [R, N*B])` of the blocks anchored at `anchors [R, N]`: slot 0 holds
         the anchor token (the mask token in a padding block), slots 1..B-1 the mask token; position a + k."""
         B = self.block_size
-        ids = torch.full(
-            (*anchors.shape, B), self.mask_token_id, device=anchors.device, dtype=torch.long
-        )
+        ids = torch.full((*anchors.shape, B), self.mask_token_id, device=anchors.device, dtype=torch.long)
         ids[..., 0] = torch.where(keep, input_ids.gather(1, anchors), ids[..., 0])
         positions = anchors[..., None] + torch.arange(B, device=anchors.device)
         return ids.flatten(1), positions.flatten(1)
