@@ -68,7 +68,7 @@ def test_the_loader_takes_the_config_the_constructor_takes(kind):
     constructor is typed to take (what the loader found by reflection before)."""
     cls = family(kind).resolve("module")
     if isinstance(cls, type):
-        assert typing.get_type_hints(cls.__init__)["config"] is family(kind).resolve("config")
+        assert typing.get_type_hints(cls.__init__)["config"] is family(kind).resolve("config")  # type: ignore[misc]
 
 
 LLAMA, DEEPSEEK = SimpleNamespace(model_type="llama"), SimpleNamespace(model_type="deepseek_v3")
@@ -151,7 +151,7 @@ def kind_branches(source: str) -> list[tuple[int, str, tuple[str, ...]]]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
-            for left, op, right in zip(operands, node.ops, operands[1:]):
+            for left, op, right in zip(operands[:-1], node.ops, operands[1:], strict=True):
                 if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
                     continue
                 for a, b in ((left, right), (right, left)):
