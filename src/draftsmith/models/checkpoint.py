@@ -27,7 +27,7 @@ from draftsmith.runtime.files import (
     verify_hashes,
 )
 
-from .families import drafter_class
+from .families import drafter_class, family
 from .identity import check_target_identity
 from .target import FrozenTarget
 
@@ -130,7 +130,7 @@ def load_drafter(
     if target is not None:
         check_target_identity(config["target"], target.identity(), f"drafter {ckpt_dir}")
     cls = drafter_class(config["kind"])
-    config_cls = _config_class(cls)
+    config_cls = family(config["kind"]).resolve("config")  # the recipe's `draft:` dataclass, from the record
     known = {f.name for f in fields(config_cls)}
     unknown = set(config["drafter"]) - known
     if unknown:
@@ -166,10 +166,3 @@ def read_drafter_weights(ckpt_dir: str | Path, config: dict[str, Any]) -> dict[s
     directory = Path(ckpt_dir)
     verify_hashes(directory, config.get("weights_sha256"), str(directory / CONFIG_NAME))
     return load_weights(directory / WEIGHTS_NAME)
-
-
-def _config_class(cls: type) -> Any:
-    """The dataclass a drafter's constructor takes as `config` (from its type hints)."""
-    import typing
-
-    return typing.get_type_hints(cls.__init__)["config"]  # type: ignore[misc]

@@ -1,13 +1,14 @@
 """The drafter families: one record per kind, the one place that says what a kind is made of.
 
 Every layer looks a kind up here: the checkpoint loader (its module and config), `draftsmith train` (its
-training method), the evaluator (its adapter in eval/drafters/), export and push (its layouts per engine), the
-model card (its title and tags). Parts that live above `models/` (the evaluator adapter, the layouts) are named
+training method), the evaluator (its adapter in eval/drafters/), export and push (its layouts per engine, the
+engines that serve it and for which targets), the model card (its title, tags, feature layers and vocabulary
+map), and every help text that lists kinds. Parts that live above `models/` (the evaluator adapter, the layouts) are named
 by dotted path and imported only when asked for, so `models/` imports nothing of train/, eval/ or ship/.
 
 Adding a family is one record here plus the files it names (docs/ADDING-A-FAMILY.md);
-tests/unit/models/test_families.py checks that every record's parts exist and every engine is either served
-or refused with a reason.
+tests/unit/models/test_families.py checks that every record's parts exist, every engine is either served
+or refused with a reason, and no other module branches on a kind or lists kinds by hand.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ class Family:
     title: str  # the model card's name for it ("EAGLE-3 draft head")
     tags: tuple[str, ...]  # Hub tags beside "speculative-decoding" and "draftsmith"
     module: str | None  # the trained nn.Module class (None: no weights, e.g. ngram)
-    config: str | None  # its hyper-parameter dataclass (the recipe's `draft:` section)
-    loss: str | None  # the loss function(s) in models/losses.py the training method calls
+    config: (
+        str | None
+    )  # its hyper-parameter dataclass (the recipe's `draft:` section; the checkpoint loader's)
     train_method: str | None  # `draftsmith train METHOD` (train/<METHOD>.py) that produces it
     drafter: str  # the evaluator's adapter: eval/drafters/
     layouts: dict[str, str] = field(default_factory=dict)  # engine -> export layout function (ship/layouts/)
@@ -38,9 +40,18 @@ class Family:
     # `(target, checkpoint dir) -> FrozenTarget | None`: the target an engine serves beside a checkpoint of this
     # kind when the checkpoint changes it (Medusa-2's adapter, merged); the evaluator decodes with it.
     served_target: str | None = None
+    # The target model types (a collection, by dotted path) engines serve it beside; None: any target.
+    served_targets: str | None = None
+    # `draft.layer` -> the engines that serve it with that draft layer, when fewer than `layouts` say.
+    layer_engines: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    serving_note: str = ""  # the limits above in words, for help texts and error messages
+    vocab_map: bool = False  # drafts over a reduced vocabulary mapped by d2t / t2d (the card gives its size)
+    # its checkpoint is itself the directory every engine loads (push uploads it at the repository root).
+    ships_as_is: bool = False
 
     def resolve(self, part: str) -> Any:
-        """The object a dotted-path part names (`module`, `config`, `loss`, `drafter`, or `layout:ENGINE`).
+        """The object a dotted-path part names (`module`, `config`, `drafter`, `served_target`, `served_targets`, or
+        `layout:ENGINE`).
 
         Raises:
             ValueError: the part does not exist for this kind (with the reason).
@@ -80,7 +91,6 @@ FAMILIES: dict[str, Family] = index(
             tags=("medusa",),
             module=f"{_M}.medusa:MedusaHeads",
             config=f"{_M}.medusa:MedusaConfig",
-            loss=f"{_M}.losses:medusa_loss",
             train_method="medusa",
             drafter=f"{_E}.medusa:MedusaDrafter",
             layouts={
@@ -97,7 +107,6 @@ FAMILIES: dict[str, Family] = index(
             tags=("eagle",),
             module=f"{_M}.eagle:Eagle1Draft",
             config=f"{_M}.eagle:EagleConfig",
-            loss=f"{_M}.losses:eagle1_chunk_loss",
             train_method="eagle",
             drafter=f"{_E}.eagle:EagleDrafter",
             layouts={
@@ -114,7 +123,6 @@ FAMILIES: dict[str, Family] = index(
             tags=("eagle3", "eagle"),
             module=f"{_M}.eagle3:Eagle3Draft",
             config=f"{_M}.eagle:EagleConfig",
-            loss=f"{_M}.losses:eagle3_step_loss",
             train_method="eagle",
             drafter=f"{_E}.eagle:EagleDrafter",
             layouts={
@@ -124,6 +132,9 @@ FAMILIES: dict[str, Family] = index(
             },
             why_not={"tgi": "TGI has no EAGLE"},
             feature_layers=True,
+            vocab_map=True,
+            serving_note="any target; with the qwen3 draft layer: vLLM only",
+            layer_engines={"qwen3": ("vllm",)},
         ),
         Family(
             kind="mtp",
@@ -131,7 +142,6 @@ FAMILIES: dict[str, Family] = index(
             tags=("mtp",),
             module=f"{_M}.mtp:MTPDraft",
             config=f"{_M}.mtp:MTPConfig",
-            loss=f"{_M}.losses:mtp_depth_loss",
             train_method="mtp",
             drafter=f"{_E}.mtp:MTPDrafter",
             layouts={
@@ -141,6 +151,8 @@ FAMILIES: dict[str, Family] = index(
             },
             why_not={"tgi": "TGI has no MTP"},
             feature_layers=True,
+            served_targets=f"{_M}.mtp:NATIVE_MTP_TYPES",
+            serving_note="only for DeepSeek-V3 (nextn) and Qwen3-Next / Qwen3.5 (mtp.*) targets",
         ),
         Family(
             kind="draft_lm",
@@ -148,7 +160,6 @@ FAMILIES: dict[str, Family] = index(
             tags=("draft-model", "distillation"),
             module=f"{_M}.draft_lm:build_draft_lm",
             config=f"{_M}.draft_lm:DraftLMConfig",
-            loss=f"{_M}.losses:distill_loss",
             train_method="distill",
             drafter=f"{_E}.draft_lm:LMDrafter",
             layouts={
@@ -157,6 +168,8 @@ FAMILIES: dict[str, Family] = index(
                 "hf": f"{_S}.draft_lm:draft_lm_hf",
             },
             why_not={"tgi": "TGI has no separate draft model"},
+            serving_note="beside a target it shares a tokenizer with",
+            ships_as_is=True,
         ),
         Family(
             kind="dflash",
@@ -164,7 +177,6 @@ FAMILIES: dict[str, Family] = index(
             tags=("dflash", "block-diffusion"),
             module=f"{_M}.dflash:DFlashDraft",
             config=f"{_M}.dflash:DFlashConfig",
-            loss=f"{_M}.block_losses:block_slot_loss",
             train_method="dflash",
             drafter=f"{_E}.dflash:DFlashDrafter",
             layouts={
@@ -181,7 +193,6 @@ FAMILIES: dict[str, Family] = index(
             tags=("peagle", "eagle3", "eagle"),
             module=f"{_M}.peagle:PEagleDraft",
             config=f"{_M}.peagle:PEagleConfig",
-            loss=f"{_M}.losses:eagle3_step_loss",
             train_method="peagle",
             drafter=f"{_E}.peagle:PEagleDrafter",
             layouts={"vllm": f"{_S}.peagle:peagle_speculators", "hf": f"{_S}.peagle:peagle_speculators"},
@@ -191,6 +202,7 @@ FAMILIES: dict[str, Family] = index(
                 "tgi": "TGI has no EAGLE",
             },
             feature_layers=True,
+            vocab_map=True,
         ),
         Family(
             kind="ngram",
@@ -198,13 +210,11 @@ FAMILIES: dict[str, Family] = index(
             tags=("ngram",),
             module=None,
             config=None,
-            loss=None,
             train_method=None,
             drafter=f"{_E}.ngram:NgramDrafter",
             why_not={
                 "module": "prompt lookup has no weights",
                 "config": "set by the evaluator's --ngram-* options",
-                "loss": "nothing is trained",
                 "train_method": "nothing is trained",
                 **{
                     e: "engines run prompt lookup themselves (vLLM / SGLang `ngram`, TGI `--speculate`)"

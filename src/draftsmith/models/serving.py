@@ -1,27 +1,17 @@
-"""Which serving engines load which drafter kind for which target (docs/ENGINES.md in the repository's words).
+"""Which serving engines load which drafter kind for which target, from the family records
+(models/families.py: `layouts`, `served_targets`, `layer_engines`, `serving_note`; docs/ENGINES.md in the
+repository's words).
 
 Training asks before its first step, so a user never trains for hours a drafter no engine can serve; export
-refuses the same pairs with the same line. draftsmith's own evaluator runs every pair.
-
-- Medusa heads read only the target's last hidden state: vLLM and TGI serve them for any target.
-- EAGLE-1 and EAGLE-3 heads are a Llama-style layer (models/draft_layer.py) fed the target's features:
-  vLLM and SGLang serve them for any target whose features they capture. An EAGLE-3 head with speculators'
-  qwen3 layer (`draft.layer=qwen3`) is served by vLLM only (its speculators loader).
-- DFlash drafters are Qwen3-style layers fed the target's features: vLLM (speculators) and SGLang serve them
-  for any target whose features they capture.
-- P-EAGLE heads are EAGLE-3 heads drafting in parallel: vLLM serves them (`parallel_drafting`); SGLang has no
-  parallel EAGLE drafting.
-- A draft LM is an independent model: vLLM and SGLang serve it beside any target it shares a
-  tokenizer with.
-- MTP modules are served only as the target family's native MTP layers: DeepSeek-V3 (nextn layers) and
-  Qwen3-Next / Qwen3.5 (`mtp.*`), by vLLM and SGLang.
+refuses the same pairs with the same line. draftsmith's own evaluator runs every pair. `SUMMARY` (in error
+messages) and `engine_table` (`draftsmith export --help`) are written from the records.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .families import family
+from .families import ENGINES, FAMILIES, family
 
 NATIVE_MTP = {  # target model_type -> the native MTP layout engines load
     "deepseek_v3": "nextn",
@@ -31,10 +21,15 @@ NATIVE_MTP = {  # target model_type -> the native MTP layout engines load
 }
 
 
-SUMMARY = (
-    "Medusa: vLLM, TGI (any target); EAGLE-1 / EAGLE-3: vLLM, SGLang (any target; EAGLE-3 with the qwen3 draft "
-    "layer: vLLM only); DFlash: vLLM, SGLang (any target); P-EAGLE: vLLM (any target); draft LM: vLLM, SGLang; "
-    "MTP: vLLM, SGLang, only for DeepSeek-V3 (nextn) and Qwen3-Next / Qwen3.5 (mtp.*) targets"
+def _served_by(kind: str) -> tuple[str, ...]:
+    """The serving engines with a layout for `kind` (`hf` is the Hub's official layout, not an engine)."""
+    return tuple(e for e in family(kind).layouts if e != "hf")
+
+
+SUMMARY = "; ".join(
+    f"{kind}: {', '.join(_served_by(kind))} ({f.serving_note or 'any target'})"
+    for kind, f in FAMILIES.items()
+    if _served_by(kind)
 )
 
 
@@ -45,14 +40,16 @@ def model_type(target_config: Any) -> str:
 
 
 def serving_engines(kind: str, target_config: Any, draft_layer: str = "llama") -> tuple[str, ...]:
-    """The engines that load a drafter of `kind` (with its `draft_layer`, EAGLE-3 only) for a target of
-    `target_config` (empty: none)."""
-    engines = tuple(e for e in family(kind).layouts if e != "hf")  # unknown kinds raise, listing the known
-    if kind == "eagle3" and draft_layer == "qwen3":
-        return ("vllm",)
-    if kind == "mtp" and model_type(target_config) not in NATIVE_MTP:
+    """The engines that load a drafter of `kind` (with its `draft_layer`) for a target of `target_config`
+    (empty: none)."""
+    record = family(kind)  # unknown kinds raise, listing the known
+    if draft_layer in record.layer_engines:
+        return record.layer_engines[draft_layer]
+    if record.served_targets is not None and model_type(target_config) not in record.resolve(
+        "served_targets"
+    ):
         return ()
-    return engines
+    return _served_by(kind)
 
 
 def unserved_reason(kind: str, target_config: Any) -> str | None:
@@ -61,3 +58,19 @@ def unserved_reason(kind: str, target_config: Any) -> str | None:
     if serving_engines(kind, target_config):
         return None
     return f"no serving engine loads {kind} drafters for a {model_type(target_config)} target ({SUMMARY})"
+
+
+def engine_table(indent: str = "    ") -> str:
+    """Drafter kind -> the engines export writes it for (`--to`) and why the others are refused, one row per
+    kind with a checkpoint to export."""
+    rows = [f"{indent}{'drafter kind':<13} {'--to':<18} refused"]
+    for kind, f in FAMILIES.items():
+        if f.module is None:
+            continue
+        served = ", ".join(e for e in ENGINES if f.serves(e))
+        notes = [f"{e}: {f.why_not[e]}" for e in ENGINES if not f.serves(e)] or ["-"]
+        rows.append(f"{indent}{kind:<13} {served:<18} {notes[0]}")
+        rows += [f"{indent}{'':<32} {note}" for note in notes[1:]]
+        if f.serving_note:
+            rows.append(f"{indent}{'':<13} ({f.serving_note})")
+    return "\n".join(rows)

@@ -4,9 +4,9 @@
     draftsmith data inspect --config RECIPE [k=v ...]    show rendered samples and trained tokens
     draftsmith data regenerate --target DIR --data SRC --out FILE
                                                          the target's own answers (distillation data)
-    draftsmith train medusa --config RECIPE [k=v ...]    train Medusa heads (single process; use
-                                                         `accelerate launch train/medusa.py` for several)
-    draftsmith train eagle|mtp|distill --config RECIPE   EAGLE-1/3 heads, MTP modules, a distilled LM
+    draftsmith train METHOD --config RECIPE [k=v ...]    train a drafter (single process; use
+                                                         `accelerate launch train/METHOD.py` for several);
+                                                         the methods and the kinds they train are below
     draftsmith cache METHOD --config RECIPE data.cache=DIR [--storage bf16|fp8]
                                                          run the target once, store the features the
                                                          drafter reads; then train with data.cache=DIR
@@ -29,8 +29,17 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from draftsmith.models.families import family, train_methods
 from draftsmith.runtime.errors import run_main
 from draftsmith.train.methods import TRAIN_METHODS
+
+
+def methods_help() -> list[str]:
+    """`draftsmith train` methods and the drafter kinds each trains (models/families.py)."""
+    return [
+        f"  {m:<14} {', '.join(f'{k} ({family(k).title})' for k in kinds)}"
+        for m, kinds in sorted(train_methods().items())
+    ]
 
 
 def _train(argv: Sequence[str]) -> int:
@@ -38,7 +47,8 @@ def _train(argv: Sequence[str]) -> int:
 
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: draftsmith train METHOD [--config FILE] [KEY=VALUE ...] [--resume [CKPT]]\n")
-        print("methods: " + ", ".join(sorted(TRAIN_METHODS)))
+        print("methods (and the drafter kinds they train):")
+        print("\n".join(methods_help()))
         print("`draftsmith train METHOD --help` lists every config key of that method.")
         return 0 if argv else 2
     method, rest = argv[0], list(argv[1:])
@@ -113,7 +123,7 @@ def _quickstart(argv: Sequence[str]) -> int:
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "build-target": (_build_target, "train a small Llama toy target on real text (CPU, deterministic)"),
     "data": (_data, "inspect a recipe's data; regenerate answers with the target"),
-    "train": (_train, "train a drafter (medusa, eagle, mtp, distill): draftsmith train medusa --config ..."),
+    "train": (_train, f"train a drafter ({', '.join(TRAIN_METHODS)}): draftsmith train METHOD --config ..."),
     "cache": (
         _cache,
         "store a recipe's target features offline (bf16/fp8 shards); train from them with data.cache=DIR",
@@ -139,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("commands:")
         for name, (_, help_text) in COMMANDS.items():
             print(f"  {name:<14} {help_text}")
+        print("\ntraining methods (draftsmith train METHOD) and the drafter kinds they train:")
+        print("\n".join(methods_help()))
         return 0 if argv else 2
     if argv[0] in ("-V", "--version"):
         from draftsmith.runtime.files import draftsmith_version

@@ -2,12 +2,8 @@
 
     draftsmith export CKPT --to vllm|sglang|tgi|hf --out DIR [--target DIR]
 
-    drafter kind   --to vllm                   --to sglang               --to tgi                 --to hf
-    eagle3         speculators format          official EAGLE-3 layout   (TGI has no EAGLE)       official layout
-    eagle          official EAGLE-1 layout     official EAGLE-1 layout   (TGI has no EAGLE)       official layout
-    medusa         vLLM Medusa layout          (SGLang has no Medusa)    FasterDecoding / TGI     FasterDecoding
-    mtp            native MTP (DeepSeek-V3 nextn, Qwen3-Next / Qwen3.5 mtp.*; other targets: refused)
-    draft_lm       transformers directory      transformers directory    (TGI has no draft LM)    transformers dir
+The engines each drafter kind is exported for, and why the others refuse it, come from the family records
+(models/families.py; `draftsmith export --help` prints the table):
 
 The export is checked against the target (the checkpoint's, or --target): the draft layer's shape,
 max_position_embeddings and rope settings copied from the target; layer ids translated to the engine's
@@ -27,6 +23,7 @@ from typing import Any
 from draftsmith.models.checkpoint import read_drafter_config, read_drafter_weights
 from draftsmith.models.draft_lm import METADATA_NAME
 from draftsmith.models.families import ENGINES, family
+from draftsmith.models.serving import engine_table
 from draftsmith.runtime.files import read_json, verify_hashes
 from draftsmith.runtime.run_lock import RunLock
 
@@ -160,9 +157,17 @@ def export(
     return out, passed, built
 
 
+def help_text() -> str:
+    """The module docstring with the kind -> engines table written from the family records."""
+    head, sep, tail = (__doc__ or "").partition("\n\nThe export is checked")
+    return f"{head}\n\n{engine_table()}{sep}{tail}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="draftsmith export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="draftsmith export",
+        description=help_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("checkpoint", help="a draftsmith drafter checkpoint (a training run's final/ directory)")
     p.add_argument("--to", required=True, choices=ENGINES, help="the engine whose layout to write")

@@ -134,7 +134,7 @@ def render_card(
     ]
     if config.get("feature_layers") and record.feature_layers:
         out.append(f"- target features read (draftsmith canonical ids): {config['feature_layers']}")
-    if config.get("draft_vocab_size") and kind == "eagle3":
+    if config.get("draft_vocab_size") and record.vocab_map:
         out.append(f"- draft vocabulary: {config['draft_vocab_size']} tokens (mapped by `d2t` / `t2d`)")
     settings = config.get("drafter") or {k: v for k, v in config.items() if k not in ("target", "training")}
     out += [f"- settings: `{json.dumps(settings, sort_keys=True)[:600]}`", ""]

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from draftsmith.models.families import family
 from draftsmith.models.serving import serving_engines
 from draftsmith.runtime.errors import UserError
 
@@ -129,14 +130,14 @@ def stage(
             name = "eval.json" if i == 0 else f"eval-{i}.json"
             (folder / name).write_text(json.dumps(report, indent=2) + "\n")
     exports: dict[str, dict[str, Any]] = {}
-    # The engines that serve this kind for this target (an EAGLE-3 head with the qwen3 layer: vLLM only).
+    # The engines that serve this kind for this target and draft layer (its record's serving limits).
     target_config = TargetInfo(target or source["target_name"], source["target"].get("revision")).config
     engines = list(
         serving_engines(
             source["kind"], target_config, source["config"].get("drafter", {}).get("layer", "llama")
         )
     )
-    if source["kind"] == "draft_lm":  # the root is the transformers directory engines load
+    if family(source["kind"]).ships_as_is:  # the root is the directory engines load (a draft LM's)
         for engine in engines:
             with tempfile.TemporaryDirectory() as tmp:
                 _, _, built = export(src, engine, Path(tmp) / "x", target)

@@ -16,6 +16,7 @@ from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map
 from draftsmith.models.target import FrozenTarget
+from draftsmith.ship.model_card import render_card
 from draftsmith.ship.push import main, stage
 
 REPORT = {
@@ -262,3 +263,18 @@ def test_push_while_offline_is_one_line(ckpt, monkeypatch, capsys):
     assert cli(["push", str(ckpt), "--repo", "acme/x", "--target-repo", "acme/tiny-llama"]) == 1
     err = capsys.readouterr().err
     assert "cannot reach the Hugging Face Hub" in err and "Traceback" not in err and "--dry-run" in err
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle", "eagle3", "mtp", "draft_lm", "dflash", "peagle"])
+def test_the_card_names_the_draft_vocabulary_of_the_kinds_that_map_one(kind, tmp_path):
+    """EAGLE-3 and P-EAGLE draft over a d2t / t2d-mapped vocabulary (their family records' `vocab_map`); the
+    card states its size for them and for no other kind."""
+    source = {
+        "kind": kind,
+        "dir": tmp_path / "final",
+        "config": {"draft_vocab_size": 100, "drafter": {}},
+        "target": {"name_or_path": "acme/tiny", "vocab_size": 400},
+    }
+    card = render_card("acme/x", source, [], {}, "apache-2.0")
+    line = "- draft vocabulary: 100 tokens (mapped by `d2t` / `t2d`)"
+    assert (line in card) == (kind in ("eagle3", "peagle"))

@@ -2,38 +2,38 @@
 
 ngram           prompt lookup, no model
 self            the target drafting for itself (a sanity check: tau = depth + 1 at T=0 and T=1)
-DIR             a draftsmith checkpoint (config.json with "kind": medusa, eagle, eagle3, mtp), e.g. a run's final/
+DIR             a draftsmith checkpoint (config.json with a "kind" of models/families.py), e.g. a run's final/
 DIR or HUB_ID   any Hugging Face causal LM with the target's tokenizer (draft_lm)
 ORG/NAME[@REV]  a drafter pushed with `draftsmith push` (downloaded, or read from the Hub cache offline)
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
+from typing import Any
 
 from draftsmith.models.checkpoint import TRAINER_STATE
 from draftsmith.models.draft_lm import load_draft_lm
-from draftsmith.models.families import family
+from draftsmith.models.families import FAMILIES, family
 from draftsmith.models.target import FrozenTarget
 from draftsmith.runtime.files import read_json, verify_hashes
 
 from .base import Drafter
 from .draft_lm import LMDrafter
-from .eagle import EagleDrafter
-from .medusa import MedusaDrafter
-from .mtp import MTPDrafter
 from .ngram import NgramDrafter
 
-__all__ = [
-    "Drafter",
-    "EagleDrafter",
-    "LMDrafter",
-    "MedusaDrafter",
-    "MTPDrafter",
-    "NgramDrafter",
-    "load_drafter_spec",
-]
+# Every family's adapter class, by its class name (`EagleDrafter`, ...), imported when first asked for.
+_ADAPTERS = {f.drafter.rpartition(":")[2]: f.drafter for f in FAMILIES.values()}
+__all__ = ["Drafter", "load_drafter_spec", "served_target", *sorted(_ADAPTERS)]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ADAPTERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, attr = _ADAPTERS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def load_drafter_spec(spec: str, target: FrozenTarget, ngram_max: int = 3, ngram_min: int = 1) -> Drafter:
