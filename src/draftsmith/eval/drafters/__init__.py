@@ -51,9 +51,7 @@ def load_drafter_spec(spec: str, target: FrozenTarget, ngram_max: int = 3, ngram
         path = resolve_hub_drafter(spec) or path
     config_file = path / "config.json"
     if (path / TRAINER_STATE).is_file() or (config_file.is_file() and "kind" in read_json(config_file)):
-        return _draftsmith_checkpoint(
-            path, target
-        )  # a training checkpoint is refused there, pointing to final/
+        return _draftsmith_checkpoint(path, target)  # a training checkpoint is refused there
     metadata = path / "draftsmith.json"
     if metadata.is_file():  # a distilled draft LM: its weights are checked against the hashes it recorded
         verify_hashes(path, read_json(metadata).get("weights_sha256"), str(metadata))
