@@ -90,16 +90,12 @@ def draft_layer_config(target_config: Any, vocab_size: int | None = None, layer:
     return config
 
 
-class DraftLayer(nn.Module):
-    """One Llama-style decoder layer run without its input norm:
-    `x = residual + attn(u); out = x + mlp(post_norm(x))`, where `u` is what the caller feeds attention
-    (EAGLE-1: the fc output itself; EAGLE-3: cat(norm(embedding), norm(hidden)), 2H wide).
+class DecoderBlock(nn.Module):
+    """The parts of a Llama-style decoder layer and its computation on what attention reads (`block`); its
+    subclasses say in `forward` what that is (DraftLayer: the caller's input; P-EAGLE's later layers: their own
+    input norm of the residual).
 
-    Args:
-        target_config: the target's transformers config (dimensions and rope settings).
-        attn_in_features: width of `u` when it is not the hidden size (EAGLE-3: 2H).
-        layer: "llama" (what every engine serves), or "qwen3": the same layer with a per-head RMSNorm on q and
-            k (`self_attn.q_norm` / `k_norm`), speculators' qwen3 draft layer, which only vLLM serves.
+    Args: as DraftLayer's.
     """
 
     def __init__(self, target_config: Any, attn_in_features: int | None = None, layer: str = "llama"):
@@ -132,14 +128,15 @@ class DraftLayer(nn.Module):
 
         return LlamaRMSNorm(int(self.config.hidden_size), eps=self.config.rms_norm_eps)
 
-    def forward(
+    def block(
         self,
         residual: torch.Tensor,
         attn_input: torch.Tensor,
         position_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
+        attention_mask: Any,
         past_key_values: Any = None,
     ) -> torch.Tensor:
+        """`x = residual + attn(attn_input); out = x + mlp(post_norm(x))`."""
         position_embeddings = self.rotary_emb(residual, position_ids)
         h, _ = self.self_attn(
             hidden_states=attn_input,
@@ -149,3 +146,26 @@ class DraftLayer(nn.Module):
         )
         x = residual + h
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DraftLayer(DecoderBlock):
+    """One Llama-style decoder layer run without its input norm:
+    `x = residual + attn(u); out = x + mlp(post_norm(x))`, where `u` is what the caller feeds attention
+    (EAGLE-1: the fc output itself; EAGLE-3: cat(norm(embedding), norm(hidden)), 2H wide).
+
+    Args:
+        target_config: the target's transformers config (dimensions and rope settings).
+        attn_in_features: width of `u` when it is not the hidden size (EAGLE-3: 2H).
+        layer: "llama" (what every engine serves), or "qwen3": the same layer with a per-head RMSNorm on q and
+            k (`self_attn.q_norm` / `k_norm`), speculators' qwen3 draft layer, which only vLLM serves.
+    """
+
+    def forward(
+        self,
+        residual: torch.Tensor,
+        attn_input: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        past_key_values: Any = None,
+    ) -> torch.Tensor:
+        return self.block(residual, attn_input, position_ids, attention_mask, past_key_values)

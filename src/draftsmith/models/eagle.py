@@ -111,7 +111,7 @@ class Eagle1Draft(_EagleBase):
 
     kind = "eagle"  # its record in models/families.py
 
-    feature_layers = ("final",)
+    feature_layers: tuple[Literal["final"]] = ("final",)
 
     def __init__(self, config: EagleConfig, target_config: Any, vocab_size: int):
         super().__init__()

@@ -28,7 +28,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from .eagle import DraftLayer, EagleConfig, _EagleBase
-from .parts import shift_left
+from .parts import DrafterOnTarget, shift_left
 from .ttt_attention import TTT_PATTERN, TTTPattern
 
 
@@ -67,46 +67,34 @@ def ttt_mask(length: int, step: int, device: torch.device | str = "cpu") -> torc
     return torch.cat([causal] + [diag] * step, dim=1)[None, None]
 
 
-class Eagle3Draft(_EagleBase):
-    """EAGLE-3 drafter.
-
-    Args:
-        config: hyper-parameters (`version` must be 3).
-        target_config: the target's transformers config.
-        draft_vocab_size: size of the reduced vocabulary (the target's vocabulary size for none).
-    """
-
-    kind = "eagle3"  # its record in models/families.py
+class Eagle3Parts(DrafterOnTarget):
+    """What EAGLE-3 and P-EAGLE (models/peagle.py) share: fc over the three target taps, the fused first layer
+    (q/k/v read cat(norm_in(embedding), norm_hidden(a)), residual a), the reduced vocabulary map and the draft
+    head. Its parameter names (fc, layer, norm_in, norm_hidden, norm_final, lm_head_d, d2t, t2d) are what
+    checkpoints and engine exports read."""
 
     d2t: torch.Tensor
     t2d: torch.Tensor
 
-    def __init__(self, config: EagleConfig, target_config: Any, draft_vocab_size: int):
-        super().__init__()
-        if config.version != 3:
-            raise ValueError(f"Eagle3Draft needs draft.version=3, got {config.version}")
-        self.config = config
-        self.target_config = target_config
-        H = int(target_config.hidden_size)
-        self.hidden_size = H
+    def _init_input(self, target_config: Any, feature_layers: list[int] | None, layer: str) -> None:
+        """fc and the fused layer (built first: the seeded initialisation draws for them first)."""
+        H = self.hidden_size = int(target_config.hidden_size)
         self.vocab_size = int(target_config.vocab_size)
-        self.draft_vocab_size = draft_vocab_size
-        layers = config.feature_layers or default_feature_layers(int(target_config.num_hidden_layers))
-        self.feature_layers = tuple(int(i) for i in layers)
+        taps = feature_layers or default_feature_layers(int(target_config.num_hidden_layers))
+        self.feature_layers = tuple(int(i) for i in taps)
         self.fc = nn.Linear(3 * H, H, bias=False)
-        self.layer = DraftLayer(target_config, attn_in_features=2 * H, layer=config.layer)
+        self.layer = DraftLayer(target_config, attn_in_features=2 * H, layer=layer)
+
+    def _init_head(self, draft_vocab_size: int) -> None:
+        """The norms, the head over the draft vocabulary and the vocabulary map (identity when it is full)."""
+        self.draft_vocab_size = draft_vocab_size
         self.norm_in = self.layer.norm()
         self.norm_hidden = self.layer.norm()
         self.norm_final = self.layer.norm()
-        self.lm_head_d = nn.Linear(H, draft_vocab_size, bias=False)
+        self.lm_head_d = nn.Linear(self.hidden_size, draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.long))
-        self.register_buffer(
-            "t2d",
-            torch.ones(self.vocab_size, dtype=torch.bool)
-            if draft_vocab_size == self.vocab_size
-            else torch.zeros(self.vocab_size, dtype=torch.bool),
-        )
-        self.frozen = None
+        full = draft_vocab_size == self.vocab_size
+        self.register_buffer("t2d", torch.full((self.vocab_size,), full, dtype=torch.bool))
 
     def set_vocab_map(self, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
         if (
@@ -135,6 +123,44 @@ class Eagle3Draft(_EagleBase):
         """fc over the concatenated target layers `[.., 3H] -> [.., H]`."""
         return self.fc(features)
 
+    def fused_layer(
+        self,
+        hidden: torch.Tensor,
+        emb: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | TTTPattern,
+        past_key_values: Any,
+    ) -> torch.Tensor:
+        """The first layer on hidden states (the residual) and token embeddings `[B, T, H]` -> `[B, T, H]`."""
+        u = torch.cat([self.norm_in(emb), self.norm_hidden(hidden)], dim=-1)
+        return self.layer(hidden, u, position_ids, attention_mask, past_key_values)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits `[.., Vd]`."""
+        return self.lm_head_d(self.norm_final(hidden))
+
+
+class Eagle3Draft(_EagleBase, Eagle3Parts):
+    """EAGLE-3 drafter.
+
+    Args:
+        config: hyper-parameters (`version` must be 3).
+        target_config: the target's transformers config.
+        draft_vocab_size: size of the reduced vocabulary (the target's vocabulary size for none).
+    """
+
+    kind = "eagle3"  # its record in models/families.py
+
+    def __init__(self, config: EagleConfig, target_config: Any, draft_vocab_size: int):
+        super().__init__()
+        if config.version != 3:
+            raise ValueError(f"Eagle3Draft needs draft.version=3, got {config.version}")
+        self.config = config
+        self.target_config = target_config
+        self._init_input(target_config, config.feature_layers, config.layer)
+        self._init_head(draft_vocab_size)
+        self.frozen = None
+
     def step(
         self,
         hidden: torch.Tensor,
@@ -145,12 +171,7 @@ class Eagle3Draft(_EagleBase):
     ) -> torch.Tensor:
         """One draft step: `hidden [B, T, H]` (fc(g) or the previous output), token ids `[B, T]` -> new hidden."""
         emb = self._parts().embed_tokens(ids).to(hidden.dtype)
-        u = torch.cat([self.norm_in(emb), self.norm_hidden(hidden)], dim=-1)
-        return self.layer(hidden, u, position_ids, attention_mask, past_key_values)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Draft-vocabulary logits `[.., Vd]`."""
-        return self.lm_head_d(self.norm_final(hidden))
+        return self.fused_layer(hidden, emb, position_ids, attention_mask, past_key_values)
 
     def unroll(self, features: torch.Tensor, input_ids: torch.Tensor) -> list[torch.Tensor]:
         """Training-time test: the draft logits `[B, T, Vd]` of every step s = 0..S-1 (`unroll_hidden`)."""

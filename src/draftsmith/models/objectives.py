@@ -26,8 +26,10 @@ import torch.utils.checkpoint
 
 from .chunking import recomputing
 
-OBJECTIVES = ("kl", "ce", "tv", "lk_alpha", "lk_lambda")
-WEIGHTINGS = ("fixed", "exp_decay", "dpace")
+Objective = Literal["kl", "ce", "tv", "lk_alpha", "lk_lambda"]
+Weighting = Literal["fixed", "exp_decay", "dpace"]
+OBJECTIVES: tuple[Objective, ...] = ("kl", "ce", "tv", "lk_alpha", "lk_lambda")
+WEIGHTINGS: tuple[Weighting, ...] = ("fixed", "exp_decay", "dpace")
 ALPHA_FLOOR = 1e-5  # lk_alpha's clamp: -log alpha stays finite (<= 11.5) where the overlap vanishes
 
 
@@ -36,7 +38,7 @@ class ObjectiveConfig:
     """What each draft position is trained to minimise and how the depths of a chain are weighted (the
     `objective:` section of the Medusa, EAGLE and MTP recipes)."""
 
-    loss: Literal["kl", "ce", "tv", "lk_alpha", "lk_lambda"] | None = field(
+    loss: Objective | None = field(
         default=None,
         metadata={
             "help": "Per-position objective: kl, ce, tv, lk_alpha, lk_lambda; null = the family's classic loss "
@@ -47,7 +49,7 @@ class ObjectiveConfig:
         default=3.0,
         metadata={"help": "lk_lambda: lam = exp(-lk_kappa * alpha) per position (speculators: 3)."},
     )
-    weighting: Literal["fixed", "exp_decay", "dpace"] = field(
+    weighting: Weighting = field(
         default="fixed",
         metadata={
             "help": "Per-depth weights: fixed = the family's own (Medusa loss_decay / head_weights, EAGLE-3 "

@@ -31,9 +31,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from .draft_layer import DraftLayer
-from .eagle3 import Eagle3Draft, default_feature_layers
-from .parts import DrafterOnTarget, shift_left
+from .draft_layer import DecoderBlock
+from .eagle3 import Eagle3Parts
+from .parts import shift_left
 
 MaskEmbedding = Literal["auto", "learned", "frozen"]
 
@@ -141,7 +141,7 @@ def pick_mask_token(tokenizer: Any, embedding_rows: int, explicit: int | None = 
 
 def cod_sample(
     trained: torch.Tensor, num_depths: int, ratio: float, min_ratio: float, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """COD sampling of one sequence's items (docs/ALGORITHMS-BLOCK.md section 2.2).
 
     Depth 0 keeps every column; depth d >= 1 picks n_d = min(floor((M - d) max(r^d, r_min)), |candidates|)
@@ -197,7 +197,7 @@ def item_mask(anchors: torch.Tensor, depths: torch.Tensor, valid: torch.Tensor) 
     return (allowed | (eye & ~valid[:, :, None]))[:, None]
 
 
-class InputNormLayer(DraftLayer):
+class InputNormLayer(DecoderBlock):
     """A standard Llama decoder layer on H (P-EAGLE's layers 1..N-1): `x + attn(input_layernorm(x))`, then MLP."""
 
     def __init__(self, target_config: Any, layer: str, layer_idx: int):
@@ -207,11 +207,11 @@ class InputNormLayer(DraftLayer):
 
     def forward(
         self, x: torch.Tensor, position_ids: torch.Tensor, mask: Any, cache: Any = None
-    ) -> torch.Tensor:  # type: ignore[override]
-        return super().forward(x, self.input_layernorm(x), position_ids, mask, cache)
+    ) -> torch.Tensor:
+        return self.block(x, self.input_layernorm(x), position_ids, mask, cache)
 
 
-class PEagleDraft(DrafterOnTarget):
+class PEagleDraft(Eagle3Parts):
     """P-EAGLE drafter.
 
     Args:
@@ -222,16 +222,6 @@ class PEagleDraft(DrafterOnTarget):
 
     kind = "peagle"  # its record in models/families.py
 
-    d2t: torch.Tensor
-    t2d: torch.Tensor
-
-    # EAGLE-3's pieces, unchanged: the vocabulary map, head init, fc, the head.
-    set_vocab_map = Eagle3Draft.set_vocab_map
-    init_head_from_target = Eagle3Draft.init_head_from_target
-    to_target_ids = Eagle3Draft.to_target_ids
-    project = Eagle3Draft.project
-    logits = Eagle3Draft.logits
-
     def __init__(self, config: PEagleConfig, target_config: Any, draft_vocab_size: int):
         super().__init__()
         if config.mask_token_id is None or config.mask_embedding == "auto":
@@ -239,28 +229,15 @@ class PEagleDraft(DrafterOnTarget):
                 "PEagleDraft needs a resolved draft.mask_token_id and mask_embedding (pick_mask_token)"
             )
         self.config, self.target_config = config, target_config
-        H = self.hidden_size = int(target_config.hidden_size)
-        self.vocab_size = int(target_config.vocab_size)
-        self.draft_vocab_size = draft_vocab_size
-        layers = config.feature_layers or default_feature_layers(int(target_config.num_hidden_layers))
-        self.feature_layers = tuple(int(i) for i in layers)
-        self.fc = nn.Linear(3 * H, H, bias=False)
-        self.layer = DraftLayer(target_config, attn_in_features=2 * H, layer=config.layer)
+        self._init_input(target_config, config.feature_layers, config.layer)  # EAGLE-3's fc and fused layer
         self.later = nn.ModuleList(
             InputNormLayer(target_config, config.layer, i) for i in range(1, config.num_layers)
         )
-        self.norm_in, self.norm_hidden, self.norm_final = (
-            self.layer.norm(),
-            self.layer.norm(),
-            self.layer.norm(),
-        )
-        self.lm_head_d = nn.Linear(H, draft_vocab_size, bias=False)
+        self._init_head(draft_vocab_size)  # EAGLE-3's norms, head and vocabulary map
+        H = self.hidden_size
         self.mask_hidden = nn.Parameter(torch.randn(3 * H))  # N(0, 1) as the peers
         learned = config.mask_embedding == "learned"
         self.mask_embedding = nn.Parameter(torch.zeros(H), requires_grad=learned)
-        self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.long))
-        full = draft_vocab_size == self.vocab_size
-        self.register_buffer("t2d", torch.full((self.vocab_size,), full, dtype=torch.bool))
         self.frozen = None
 
     @torch.no_grad()
@@ -286,8 +263,7 @@ class PEagleDraft(DrafterOnTarget):
         cache: Any = None,
     ) -> torch.Tensor:
         """The N layers on rows with their (post-fc) hidden inputs and embeddings `[B, N, H]` -> outputs `[B, N, H]`."""
-        u = torch.cat([self.norm_in(emb), self.norm_hidden(hidden)], dim=-1)
-        x = self.layer(hidden, u, position_ids, mask, cache)
+        x = self.fused_layer(hidden, emb, position_ids, mask, cache)
         for layer in self.later:
             x = layer(x, position_ids, mask, cache)
         return x

@@ -29,34 +29,32 @@ from draftsmith.models.block_losses import block_slot_loss, block_targets, row_s
 from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_positions, chunked_loss
 from draftsmith.models.dflash import DFlashConfig, DFlashDraft, default_feature_layers, pick_mask_token
 from draftsmith.models.objectives import ObjectiveConfig
-from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
+from draftsmith.models.target import FrozenTarget, LayerId
 from draftsmith.runtime.errors import run_main
-from draftsmith.train.core.data import DataBundle, DataConfig
+from draftsmith.train.core.data import DataBundle
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import LoopResult
 from draftsmith.train.core.method import TrainingMethod
-from draftsmith.train.core.recipe import Recipe
-from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.metrics import recorded
+from draftsmith.train.core.recipe import (
+    ObjectiveSection,
+    Recipe,
+    RecipeConfig,
+    run_dir,
+    seed_field,
+    taps_and_final,
+)
 
 EVAL_ANCHOR_SEED = -1  # held-out batches always draw the same blocks (no training step has this seed)
 
 
 @dataclass
-class DFlashRecipe:
+class DFlashRecipe(RecipeConfig[DFlashConfig], ObjectiveSection[DFlashConfig]):
     """Everything a DFlash run needs; YAML recipes under recipes/dflash/ mirror it."""
 
-    output_dir: str = field(
-        default="runs/dflash", metadata={"help": "Run directory (checkpoints, metrics, final/)."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed for initialisation, anchors, data split and order."})
-    target: TargetConfig = field(default_factory=TargetConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    output_dir: str = run_dir("runs/dflash")
+    seed: int = seed_field("Seed for initialisation, anchors, data split and order.")
     draft: DFlashConfig = field(default_factory=DFlashConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 RECIPE = DFlashRecipe
@@ -138,10 +136,10 @@ class DFlashMethod(TrainingMethod):
 
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
         """`tau_estimate` = 1 + sum_k (share of blocks right at every slot up to k): teacher-forced."""
-        runs = [record.get(f"{prefix}/{name}/prefix") for name in self.term_names]
-        if any(r is None for r in runs):
+        runs = recorded(record, [f"{prefix}/{name}/prefix" for name in self.term_names])
+        if runs is None:
             return {}
-        return {f"{prefix}/tau_estimate": 1.0 + sum(r for r in runs if r is not None and math.isfinite(r))}
+        return {f"{prefix}/tau_estimate": 1.0 + sum(r for r in runs if math.isfinite(r))}
 
     def report(self, result: LoopResult) -> str:
         start, end = result.initial_eval, result.eval
@@ -190,10 +188,8 @@ def _slot_chunk(
 
 def cache_layers(cfg: DFlashRecipe, target: FrozenTarget) -> list[LayerId]:
     """What an offline cache must hold: the fused layers, and `final` for the target's distribution."""
-    taps = cfg.draft.feature_layers or default_feature_layers(
-        target.num_layers, cfg.draft.num_feature_layers or cfg.draft.num_layers
-    )
-    return [*(int(i) for i in taps), "final"]
+    count = cfg.draft.num_feature_layers or cfg.draft.num_layers
+    return taps_and_final(cfg.draft.feature_layers, lambda: default_feature_layers(target.num_layers, count))
 
 
 def build_draft(cfg: DFlashRecipe, target: FrozenTarget) -> DFlashDraft:

@@ -32,14 +32,13 @@ from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_pos
 from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, draft_layer_indices, save_draft_lm
 from draftsmith.models.losses import distill_loss
 from draftsmith.models.parts import shift_left
-from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig, TargetHead, stop_token_ids
+from draftsmith.models.target import FrozenTarget, LayerId, TargetHead, stop_token_ids
 from draftsmith.runtime.errors import run_main
-from draftsmith.train.core.data import DataBundle, DataConfig, collate, left_pad
+from draftsmith.train.core.data import DataBundle, collate, left_pad
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import LoopResult
 from draftsmith.train.core.method import TrainingMethod
-from draftsmith.train.core.recipe import Recipe
-from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.recipe import Recipe, RecipeConfig, RecipeHead, run_dir, seed_field
 
 TAU_ESTIMATE_DEPTH = 5
 
@@ -83,21 +82,19 @@ class DistillConfig:
 
 
 @dataclass
-class DistillRecipe:
+class DistillSection(RecipeHead[DraftLMConfig]):
+    """The `distill` section, between `draft` and `train` (see train/core/recipe.py)."""
+
+    distill: DistillConfig = field(default_factory=DistillConfig)
+
+
+@dataclass
+class DistillRecipe(RecipeConfig[DraftLMConfig], DistillSection):
     """Everything a distillation run needs; YAML recipes under recipes/distill/ mirror it."""
 
-    output_dir: str = field(
-        default="runs/distill", metadata={"help": "Run directory (checkpoints, metrics, final/)."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed for initialisation, data split, order, sampling."})
-    target: TargetConfig = field(default_factory=TargetConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    output_dir: str = run_dir("runs/distill")
+    seed: int = seed_field("Seed for initialisation, data split, order, sampling.")
     draft: DraftLMConfig = field(default_factory=DraftLMConfig)
-    distill: DistillConfig = field(default_factory=DistillConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 RECIPE = DistillRecipe

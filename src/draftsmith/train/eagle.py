@@ -37,35 +37,32 @@ from draftsmith.models.objectives import (
     per_column,
 )
 from draftsmith.models.parts import shift_left
-from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
+from draftsmith.models.target import FrozenTarget, LayerId
 from draftsmith.runtime.errors import run_main
-from draftsmith.train.core.data import DataBundle, DataConfig
+from draftsmith.train.core.data import DataBundle
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import LoopResult
 from draftsmith.train.core.method import TrainingMethod
-from draftsmith.train.core.metrics import chain_tau_estimate
-from draftsmith.train.core.recipe import Recipe
-from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.metrics import chain_tau_estimate, recorded
+from draftsmith.train.core.recipe import (
+    ObjectiveSection,
+    Recipe,
+    RecipeConfig,
+    run_dir,
+    seed_field,
+    taps_and_final,
+)
 
 TAU_ESTIMATE_DEPTH = 5  # EAGLE-1 trains one step; its estimate assumes that accuracy at every depth
 
 
 @dataclass
-class EagleRecipe:
+class EagleRecipe(RecipeConfig[EagleConfig], ObjectiveSection[EagleConfig]):
     """Everything an EAGLE run needs; YAML recipes under recipes/eagle/ mirror it."""
 
-    output_dir: str = field(
-        default="runs/eagle", metadata={"help": "Run directory (checkpoints, metrics, final/)."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed for initialisation, noise, data split and order."})
-    target: TargetConfig = field(default_factory=TargetConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    output_dir: str = run_dir("runs/eagle")
+    seed: int = seed_field("Seed for initialisation, noise, data split and order.")
     draft: EagleConfig = field(default_factory=EagleConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 RECIPE = EagleRecipe
@@ -119,7 +116,7 @@ class EagleMethod(TrainingMethod):
             self.term_weights = self.objective.term_weights(
                 torch.tensor([draft.config.step_decay**s for s in range(S)])
             )
-        self.feature_layers = tuple(draft.feature_layers)
+        self.feature_layers: tuple[LayerId, ...] = tuple(draft.feature_layers)
 
     def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         masks = step_masks(batch, 1 if self.version == 1 else len(self.term_names))
@@ -177,8 +174,10 @@ class EagleMethod(TrainingMethod):
 
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
         """`tau_estimate`: 1 + sum_d prod_{s<d} acc_s (EAGLE-1: its one accuracy at every depth up to 5)."""
-        accs = [record.get(f"{prefix}/{name}/top1") for name in self.term_names if not name.endswith("_reg")]
-        if any(a is None for a in accs):
+        accs = recorded(
+            record, [f"{prefix}/{name}/top1" for name in self.term_names if not name.endswith("_reg")]
+        )
+        if accs is None:
             return {}
         if self.version == 1:
             accs = accs * TAU_ESTIMATE_DEPTH
@@ -321,8 +320,7 @@ def cache_layers(cfg: EagleRecipe, target: FrozenTarget) -> list[LayerId]:
     """What an offline cache must hold for this recipe: the feature taps, and `final` for the logits."""
     if cfg.draft.version == 1:
         return ["final"]
-    taps = cfg.draft.feature_layers or default_feature_layers(target.num_layers)
-    return [*(int(i) for i in taps), "final"]
+    return taps_and_final(cfg.draft.feature_layers, lambda: default_feature_layers(target.num_layers))
 
 
 def build_method(cfg: EagleRecipe, target: FrozenTarget, data: DataBundle) -> EagleMethod:

@@ -46,33 +46,29 @@ from draftsmith.models.objectives import (
     per_column,
 )
 from draftsmith.models.parts import shift_left
-from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
+from draftsmith.models.target import FrozenTarget, LayerId
 from draftsmith.runtime.errors import run_main
-from draftsmith.train.core.data import DataBundle, DataConfig
+from draftsmith.train.core.data import DataBundle
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import LoopResult
 from draftsmith.train.core.method import TrainingMethod
-from draftsmith.train.core.recipe import Recipe
-from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.recipe import Recipe, RecipeConfig, RecipeHead, run_dir
 
 
 @dataclass
-class MedusaRecipe:
-    """Everything a Medusa-1 run needs; YAML recipes under recipes/medusa/ mirror it."""
+class MedusaSections(RecipeHead[MedusaConfig]):
+    """Medusa's own sections, between `draft` and `train` (see train/core/recipe.py)."""
 
-    output_dir: str = field(
-        default="runs/medusa", metadata={"help": "Run directory (checkpoints, metrics, final/)."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed for initialisation, data split and order."})
-    target: TargetConfig = field(default_factory=TargetConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    draft: MedusaConfig = field(default_factory=MedusaConfig)
     medusa2: Medusa2Config = field(default_factory=Medusa2Config)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+@dataclass
+class MedusaRecipe(RecipeConfig[MedusaConfig], MedusaSections):
+    """Everything a Medusa-1 run needs; YAML recipes under recipes/medusa/ mirror it."""
+
+    output_dir: str = run_dir("runs/medusa")
+    draft: MedusaConfig = field(default_factory=MedusaConfig)
 
 
 RECIPE = MedusaRecipe  # the config tree of this method, for tools such as `draftsmith data inspect`

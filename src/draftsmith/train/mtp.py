@@ -38,33 +38,22 @@ from draftsmith.models.objectives import (
     masked_objective,
     per_column,
 )
-from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
+from draftsmith.models.target import FrozenTarget, LayerId
 from draftsmith.runtime.errors import run_main
-from draftsmith.train.core.data import DataBundle, DataConfig
+from draftsmith.train.core.data import DataBundle
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import LoopResult
 from draftsmith.train.core.method import TrainingMethod
-from draftsmith.train.core.metrics import chain_tau_estimate
-from draftsmith.train.core.recipe import Recipe
-from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.metrics import chain_tau_estimate, recorded
+from draftsmith.train.core.recipe import ObjectiveSection, Recipe, RecipeConfig, run_dir
 
 
 @dataclass
-class MTPRecipe:
+class MTPRecipe(RecipeConfig[MTPConfig], ObjectiveSection[MTPConfig]):
     """Everything an MTP run needs; YAML recipes under recipes/mtp/ mirror it."""
 
-    output_dir: str = field(
-        default="runs/mtp", metadata={"help": "Run directory (checkpoints, metrics, final/)."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed for initialisation, data split and order."})
-    target: TargetConfig = field(default_factory=TargetConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    output_dir: str = run_dir("runs/mtp")
     draft: MTPConfig = field(default_factory=MTPConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 RECIPE = MTPRecipe
@@ -137,8 +126,8 @@ class MTPMethod(TrainingMethod):
 
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
         """`tau_estimate` = 1 + sum_d prod_{k<=d} agree_k (a chain of D, i.i.d. across steps)."""
-        accs = [record.get(f"{prefix}/{name}/agree") for name in self.term_names]
-        if any(a is None for a in accs):
+        accs = recorded(record, [f"{prefix}/{name}/agree" for name in self.term_names])
+        if accs is None:
             return {}
         return {f"{prefix}/tau_estimate": chain_tau_estimate(accs)}
 

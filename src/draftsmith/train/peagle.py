@@ -39,38 +39,33 @@ from draftsmith.models.losses import soft_cross_entropy
 from draftsmith.models.objectives import ObjectiveConfig, dpace_weights, per_column, token_objective
 from draftsmith.models.parts import shift_left
 from draftsmith.models.peagle import PEagleConfig, PEagleDraft, cod_sample, pick_mask_token
-from draftsmith.models.target import FrozenTarget, LayerId, TargetConfig
+from draftsmith.models.target import FrozenTarget, LayerId
 from draftsmith.runtime.errors import run_main
-from draftsmith.train.core.data import DataBundle, DataConfig
+from draftsmith.train.core.data import DataBundle
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import LoopResult
 from draftsmith.train.core.method import TrainingMethod
-from draftsmith.train.core.metrics import chain_tau_estimate
-from draftsmith.train.core.recipe import Recipe
-from draftsmith.train.core.settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
+from draftsmith.train.core.metrics import chain_tau_estimate, recorded
+from draftsmith.train.core.recipe import (
+    ObjectiveSection,
+    Recipe,
+    RecipeConfig,
+    run_dir,
+    seed_field,
+    taps_and_final,
+)
 from draftsmith.train.eagle import argmax_ce, assistant_token_counts, format_step_table
 
 EVAL_STEP = -1  # held-out batches draw their items as if at this step: the same items at every evaluation
 
 
 @dataclass
-class PEagleRecipe:
+class PEagleRecipe(RecipeConfig[PEagleConfig], ObjectiveSection[PEagleConfig]):
     """Everything a P-EAGLE run needs; YAML recipes under recipes/peagle/ mirror it."""
 
-    output_dir: str = field(
-        default="runs/peagle", metadata={"help": "Run directory (checkpoints, metrics, final/)."}
-    )
-    seed: int = field(
-        default=0, metadata={"help": "Seed for initialisation, COD sampling, data split and order."}
-    )
-    target: TargetConfig = field(default_factory=TargetConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    output_dir: str = run_dir("runs/peagle")
+    seed: int = seed_field("Seed for initialisation, COD sampling, data split and order.")
     draft: PEagleConfig = field(default_factory=PEagleConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 RECIPE = PEagleRecipe
@@ -278,10 +273,10 @@ class PEagleMethod(TrainingMethod):
 
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
         """`tau_estimate`: 1 + sum_d prod_{s<=d} top1_s (teacher-forced; the evaluator measures tau)."""
-        accs = [record.get(f"{prefix}/{name}/top1") for name in self.term_names]
-        if any(a is None for a in accs):
+        accs = recorded(record, [f"{prefix}/{name}/top1" for name in self.term_names])
+        if accs is None:
             return {}
-        return {f"{prefix}/tau_estimate": chain_tau_estimate([float(a) for a in accs if a is not None])}
+        return {f"{prefix}/tau_estimate": chain_tau_estimate([float(a) for a in accs])}
 
     def report(self, result: LoopResult) -> str:
         return format_step_table(result.eval, self.term_names, result.initial_eval)
@@ -334,8 +329,7 @@ def build_draft(cfg: PEagleRecipe, target: FrozenTarget, train_dataset: object) 
 
 def cache_layers(cfg: PEagleRecipe, target: FrozenTarget) -> list[LayerId]:
     """What an offline cache must hold: the three taps, and `final` for the labels."""
-    taps = cfg.draft.feature_layers or default_feature_layers(target.num_layers)
-    return [*(int(i) for i in taps), "final"]
+    return taps_and_final(cfg.draft.feature_layers, lambda: default_feature_layers(target.num_layers))
 
 
 def build_method(cfg: PEagleRecipe, target: FrozenTarget, data: DataBundle) -> PEagleMethod:

@@ -54,7 +54,9 @@ def dense(kind: str, d: torch.Tensor, t: torch.Tensor, labels: torch.Tensor, kap
     return lam * kl + (1 - lam) * (1 - alpha), alpha
 
 
-def grad_of(kind: str, d: torch.Tensor, t: torch.Tensor, labels: torch.Tensor, fn, **kw) -> torch.Tensor:
+def grad_of(
+    kind: str, d: torch.Tensor, t: torch.Tensor, labels: torch.Tensor | None, fn, **kw
+) -> torch.Tensor:
     """d/d(draft logits) of the summed per-position objective (rows are independent, so row i is position i's)."""
     x = d.clone().requires_grad_(True)
     loss, _ = fn(kind, x, t, labels, **kw)

@@ -301,10 +301,10 @@ def test_cod_inclusion_makes_dpace_unbiased():
         drawn[a, d], chance[a, d] = True, pi
         total += dpace_weights(ce, drawn, 0.5, chance) * drawn
         count += drawn
-    for d in range(D):
-        seen = whole[:, d] & (count[:, d] > 30)
-        ratio = float((total[seen, d] / count[seen, d] / full[seen, d]).mean())
-        assert abs(ratio - 1) < 0.01, (d, ratio)
+    for depth in range(D):
+        seen = whole[:, depth] & (count[:, depth] > 30)
+        ratio = float((total[seen, depth] / count[seen, depth] / full[seen, depth]).mean())
+        assert abs(ratio - 1) < 0.01, (depth, ratio)
 
 
 def test_dpace_terms_equal_the_items_weighted_loss(tiny_random_target):

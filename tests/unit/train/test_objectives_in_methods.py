@@ -79,7 +79,9 @@ def build(
         draft = _Eagle3Train(cfg, target.model.config, vd or V)
         if vd:  # the target's most frequent greedy tokens: some soft labels kept, others dropped
             b = batch()
-            greedy = target.forward(b["input_ids"], b["attention_mask"], return_logits=True)[1].argmax(-1)
+            logits = target.forward(b["input_ids"], b["attention_mask"], return_logits=True)[1]
+            assert logits is not None
+            greedy = logits.argmax(-1)
             draft.set_vocab_map(*build_vocab_map(torch.bincount(greedy.flatten(), minlength=V), vd))
         draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
     else:

@@ -9,9 +9,12 @@ A drafter keeps whatever caches it needs and brings them up to date from `contex
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Iterable
+from typing import Generic, Protocol, TypeVar
 
 import torch
+from torch import nn
+from transformers import DynamicCache
 
 from draftsmith.models.target import LayerId
 
@@ -35,6 +38,67 @@ class Drafter(Protocol):
     ) -> DraftTree:
         """A draft tree shaped like `shape`, rooted at `context[-1]` (the last committed token)."""
         ...
+
+
+class FeatureBuffer:
+    """The target features a drafter has observed for the current sequence: row j holds position j's (which
+    pairs with the committed token j + 1), the `layers` concatenated; cast to the dtype of `draft`'s parameters
+    when one is given (as observed, else).
+    """
+
+    def __init__(self, layers: tuple[LayerId, ...], draft: nn.Module | None = None):
+        self.layers = layers
+        self.draft = draft
+        self.chunks: list[torch.Tensor] = []  # [m, F] per `observe`
+
+    def clear(self) -> None:
+        self.chunks = []
+
+    def add(self, features: dict[LayerId, torch.Tensor]) -> None:
+        rows = torch.cat([features[i] for i in self.layers], dim=-1)
+        self.chunks.append(rows if self.draft is None else rows.to(next(self.draft.parameters()).dtype))
+
+    def rows(self, context: list[int], drafter: str) -> torch.Tensor:
+        """All rows `[n - 1, F]` for a context of n tokens (kept as one chunk from now on)."""
+        feats = torch.cat(self.chunks, dim=0)
+        self.chunks = [feats]
+        if feats.shape[0] != len(context) - 1:
+            raise RuntimeError(
+                f"{drafter} drafter has {feats.shape[0]} target features for {len(context)} context tokens"
+            )
+        return feats
+
+
+NetT = TypeVar("NetT", bound=nn.Module)
+
+
+class CachedDrafter(Generic[NetT]):
+    """What a drafter that runs `draft` with a KV cache of the committed positions keeps (EAGLE, P-EAGLE,
+    DFlash): the cache, how many committed positions it holds (`real`; entries past them are the last proposal's
+    and get cropped), and the target features observed; `start` and `observe` of the protocol."""
+
+    def __init__(self, draft: NetT, feature_layers: Iterable[LayerId]):
+        self.draft = draft.eval()
+        self.feature_layers: tuple[LayerId, ...] = tuple(feature_layers)
+        self.cache = DynamicCache()
+        self.real = 0
+        self.features = FeatureBuffer(self.feature_layers, self.draft)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.draft.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.draft.parameters()).dtype
+
+    def start(self) -> None:
+        self.cache = DynamicCache()
+        self.real = 0
+        self.features.clear()
+
+    def observe(self, features: dict[LayerId, torch.Tensor]) -> None:
+        self.features.add(features)
 
 
 def check_depth(drafter: Drafter, shape: TreeShape) -> None:

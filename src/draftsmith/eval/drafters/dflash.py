@@ -15,53 +15,33 @@ the draft's top-ranked tokens, deterministic at any temperature, so verification
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
 from draftsmith.models.dflash import DFlashDraft
-from draftsmith.models.target import LayerId
 
 from ..kv_cache import crop_to
 from ..sampling import Sampling
 from ..tree import DraftTree, TreeShape
-from .base import check_depth, refuse_dynamic, refuse_sampled
+from .base import CachedDrafter, check_depth, refuse_dynamic, refuse_sampled
 
 
-class DFlashDrafter:
+class DFlashDrafter(CachedDrafter[DFlashDraft]):
+    """`real`: the context rows in the cache; feature rows `[|T| H]`."""
+
     name = "dflash"
 
     def __init__(self, draft: DFlashDraft):
-        self.draft = draft.eval()
-        self.feature_layers: tuple[LayerId, ...] = tuple(draft.feature_layers)
+        super().__init__(draft, draft.feature_layers)
         self.max_depth: int | None = draft.block_size - 1
-        self.cache = DynamicCache()
-        self.real = 0  # context rows in the cache
-        self.features: list[torch.Tensor] = []  # [m, |T| H] chunks; row j = position j
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.draft.parameters()).device
-
-    def start(self) -> None:
-        self.cache = DynamicCache()
-        self.real = 0
-        self.features = []
-
-    def observe(self, features: dict[LayerId, torch.Tensor]) -> None:
-        dtype = next(self.draft.parameters()).dtype
-        self.features.append(torch.cat([features[i] for i in self.feature_layers], dim=-1).to(dtype))
 
     @torch.no_grad()
     def slot_logits(self, context: list[int], slots: int) -> torch.Tensor:
         """Logits `[slots, V]` of slots 1..slots of the block anchored at the root `context[-1]`."""
-        feats = torch.cat(self.features, dim=0)
-        self.features = [feats]
+        feats = self.features.rows(context, "DFlash")
         n = len(context)
-        if feats.shape[0] != n - 1:
-            raise RuntimeError(f"DFlash drafter has {feats.shape[0]} target features for {n} context tokens")
         crop_to(self.cache, self.real)
         new = feats[self.real :][None]
         B = self.draft.block_size
-        ids = torch.full((1, B), self.draft.config.mask_token_id, device=self.device, dtype=torch.long)
+        ids = torch.full((1, B), self.draft.mask_token_id, device=self.device, dtype=torch.long)
         ids[0, 0] = context[-1]
         ctx_pos = torch.arange(self.real, n - 1, device=self.device)[None]
         blk_pos = torch.arange(n - 1, n - 1 + B, device=self.device)[None]

@@ -13,48 +13,26 @@ point-mass rule (9.4b). EAGLE-3's reduced vocabulary is mapped back with `id + d
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from transformers import DynamicCache
 
 from draftsmith.models.eagle import Eagle1Draft
 from draftsmith.models.eagle3 import Eagle3Draft
-from draftsmith.models.target import LayerId
 
 from ..kv_cache import crop_to
 from ..sampling import Sampling
 from ..tree import DraftTree, TreeShape, tree_attention
-from .base import refuse_sampled
+from .base import CachedDrafter, refuse_sampled
 
 
-class EagleDrafter:
+class EagleDrafter(CachedDrafter[Eagle1Draft | Eagle3Draft]):
+    """`real`: the real pairs in the cache; feature rows `[F]` (EAGLE-1: H, EAGLE-3: 3H)."""
+
     max_depth: int | None = None
 
     def __init__(self, draft: Eagle1Draft | Eagle3Draft):
-        self.draft = draft.eval()
+        super().__init__(draft, draft.feature_layers)
         self.v3 = isinstance(draft, Eagle3Draft)
         self.name = "eagle3" if self.v3 else "eagle"
-        self.feature_layers: tuple[LayerId, ...] = tuple(draft.feature_layers)
-        self.cache = DynamicCache()
-        self.real = 0  # real pairs in the cache
-        self.features: list[torch.Tensor] = []  # [m, F] chunks; feature j pairs with context[j + 1]
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.draft.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.draft.parameters()).dtype
-
-    def start(self) -> None:
-        self.cache = DynamicCache()
-        self.real = 0
-        self.features = []
-
-    def observe(self, features: dict[LayerId, torch.Tensor]) -> None:
-        self.features.append(torch.cat([features[i] for i in self.feature_layers], dim=-1).to(self.dtype))
 
     # -- the draft network -----------------------------------------------------------------------------
 
@@ -64,9 +42,8 @@ class EagleDrafter:
         """Feed `[n, H or F]` inputs with their tokens; the draft's outputs `[n, H]` (extends the cache)."""
         ids_t = torch.tensor([ids], device=self.device)
         pos = torch.tensor([positions], device=self.device)
-        if self.v3:
-            d: Any = self.draft
-            return d.step(hidden[None], ids_t, pos, mask, self.cache)[0]
+        if isinstance(self.draft, Eagle3Draft):
+            return self.draft.step(hidden[None], ids_t, pos, mask, self.cache)[0]
         return self.draft(hidden[None], ids_t, pos, mask, self.cache)[0]
 
     def _logp(self, out: torch.Tensor) -> torch.Tensor:
@@ -74,22 +51,19 @@ class EagleDrafter:
         return torch.log_softmax(self.draft.logits(out).float(), dim=-1)
 
     def _target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        return self.draft.to_target_ids(draft_ids) if self.v3 else draft_ids
+        return self.draft.to_target_ids(draft_ids) if isinstance(self.draft, Eagle3Draft) else draft_ids
 
     def _sync(self, context: list[int]) -> torch.Tensor:
         """Feed the real pairs not yet in the cache; the draft output of the last one `[H]` (stands for the
         root's position: its logits rank the depth-1 candidates)."""
         crop_to(self.cache, self.real)
-        feats = torch.cat(self.features, dim=0)
+        feats = self.features.rows(context, "EAGLE")
         n = len(context)
-        if feats.shape[0] != n - 1:
-            raise RuntimeError(f"EAGLE drafter has {feats.shape[0]} target features for {n} context tokens")
         new = feats[self.real :]
-        hidden = self.draft.project(new) if self.v3 else new
+        hidden = self.draft.project(new) if isinstance(self.draft, Eagle3Draft) else new
         m = new.shape[0]
         mask = tree_attention(torch.ones(m, m, dtype=torch.bool).tril(), self.real, self.dtype, self.device)
         out = self._run(hidden, context[self.real + 1 :], list(range(self.real, n - 1)), mask)
-        self.features = [feats]
         self.real = n - 1
         return out[-1]
 

@@ -20,7 +20,7 @@ from draftsmith.models.target import LayerId
 
 from ..sampling import Sampling
 from ..tree import DraftTree, TreeShape
-from .base import check_depth, refuse_dynamic, refuse_sampled
+from .base import FeatureBuffer, check_depth, refuse_dynamic, refuse_sampled
 
 
 class MTPDrafter:
@@ -30,13 +30,13 @@ class MTPDrafter:
         self.draft = draft.eval()
         self.feature_layers: tuple[LayerId, ...] = tuple(draft.feature_layers)
         self.max_depth: int | None = draft.config.num_modules
-        self.features: list[torch.Tensor] = []  # [m, H] chunks; feature j pairs with context[j + 1]
+        self.features = FeatureBuffer(self.feature_layers)  # rows [H], as observed
 
     def start(self) -> None:
-        self.features = []
+        self.features.clear()
 
     def observe(self, features: dict[LayerId, torch.Tensor]) -> None:
-        self.features.append(features[self.feature_layers[0]])
+        self.features.add(features)
 
     @torch.no_grad()
     def propose(
@@ -45,11 +45,8 @@ class MTPDrafter:
         check_depth(self, shape)
         refuse_sampled(self, shape)
         refuse_dynamic(self, shape)
-        feats = torch.cat(self.features, dim=0)
-        self.features = [feats]
+        feats = self.features.rows(context, "MTP")
         n = len(context) - 1  # features exist for columns 0..n-1
-        if feats.shape[0] != n:
-            raise RuntimeError(f"MTP drafter has {feats.shape[0]} target features for {n + 1} context tokens")
         param = next(self.draft.parameters())
         mask = causal_mask(n, param.device)
         positions = torch.arange(n, device=param.device)[None]

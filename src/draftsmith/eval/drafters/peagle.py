@@ -15,52 +15,29 @@ d given each sibling at depth d-1, which one pass over mask rows does not condit
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
 from draftsmith.models.peagle import PEagleDraft
-from draftsmith.models.target import LayerId
 
 from ..kv_cache import crop_to
 from ..sampling import Sampling
 from ..tree import DraftTree, TreeShape, tree_attention
-from .base import check_depth
+from .base import CachedDrafter, check_depth
 
 
-class PEagleDrafter:
+class PEagleDrafter(CachedDrafter[PEagleDraft]):
+    """`real`: the real pairs in the cache; feature rows `[3H]`."""
+
     name = "peagle"
 
     def __init__(self, draft: PEagleDraft):
-        self.draft = draft.eval()
-        self.feature_layers: tuple[LayerId, ...] = tuple(draft.feature_layers)
+        super().__init__(draft, draft.feature_layers)
         self.max_depth: int | None = draft.config.num_depths
-        self.cache = DynamicCache()
-        self.real = 0  # real pairs in the cache
-        self.features: list[torch.Tensor] = []  # [m, 3H] chunks; feature j pairs with context[j + 1]
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.draft.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.draft.parameters()).dtype
-
-    def start(self) -> None:
-        self.cache = DynamicCache()
-        self.real = 0
-        self.features = []
-
-    def observe(self, features: dict[LayerId, torch.Tensor]) -> None:
-        self.features.append(torch.cat([features[i] for i in self.feature_layers], dim=-1).to(self.dtype))
 
     @torch.no_grad()
     def chain_logits(self, context: list[int], depth: int) -> torch.Tensor:
         """Draft-vocabulary logits `[depth, Vd]` of depths 1..depth after the root `context[-1]`, in one pass."""
-        feats = torch.cat(self.features, dim=0)
-        self.features = [feats]
+        feats = self.features.rows(context, "P-EAGLE")
         n = len(context)
-        if feats.shape[0] != n - 1:
-            raise RuntimeError(f"P-EAGLE drafter has {feats.shape[0]} target features for {n} context tokens")
         crop_to(self.cache, self.real)
         new = feats[self.real :]
         m, k = new.shape[0], depth - 1

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from accelerate import Accelerator
 from accelerate.utils import set_seed
 
 from draftsmith.config.cli import make_parser, parse_args
@@ -25,10 +26,10 @@ from .data import build_datasets, load_cached_datasets
 from .distributed import make_accelerator, shard_frozen_target, shard_kind
 from .loop import LoopResult, run_training
 from .method import TrainingMethod
-from .recipe import Recipe
+from .recipe import ConfigT, Recipe
 
 
-def train_main(recipe: Recipe, argv: Sequence[str] | None) -> int:
+def train_main(recipe: Recipe[ConfigT], argv: Sequence[str] | None) -> int:
     """Train the drafter of `recipe` as its config says (`--config FILE` and `a.b=c` overrides in `argv`).
 
     Writes the run directory (checkpoints, metrics.jsonl) and `final/` with the held-out metrics (through the
@@ -49,7 +50,6 @@ def train_main(recipe: Recipe, argv: Sequence[str] | None) -> int:
         help="Allow --resume from a checkpoint holding pickle files (FSDP / DeepSpeed runs, or draftsmith before "
         "0.2): loading a pickle can run code, so only for checkpoints you wrote.",
     )
-    cfg: Any
     cfg, args = parse_args(recipe.config, parser, resume_before_overrides(argv))
     output_dir = Path(cfg.output_dir)
     accelerator = make_accelerator(
@@ -78,7 +78,12 @@ def resume_before_overrides(argv: Sequence[str] | None) -> list[str]:
 
 
 def _train(
-    cfg: Any, recipe: Recipe, resume: str | None, trust_pickle: bool, accelerator: Any, output_dir: Path
+    cfg: ConfigT,
+    recipe: Recipe[ConfigT],
+    resume: str | None,
+    trust_pickle: bool,
+    accelerator: Accelerator,
+    output_dir: Path,
 ) -> int:
     """`train_main` past parsing, with the run directory locked."""
     progress = accelerator.is_local_main_process

@@ -15,6 +15,13 @@ import torch
 from accelerate import Accelerator
 
 
+def recorded(record: dict[str, float], keys: list[str]) -> list[float] | None:
+    """The values of `keys` in a metrics record, or None when one is missing (a record without them)."""
+    if any(key not in record for key in keys):
+        return None
+    return [record[key] for key in keys]
+
+
 def chain_tau_estimate(accuracies: list[float]) -> float:
     """1 + sum over depths d of prod_{s<=d} acc_s: the tau a chain would reach if each depth were accepted
     independently with its teacher-forced accuracy (an ESTIMATE; the evaluator measures the real one)."""

@@ -86,3 +86,13 @@ class EvalConfig:
 
     every: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})
     micro_batch_size: int = field(default=8, metadata={"help": "Samples per evaluation forward pass."})
+
+
+@dataclass
+class LoopSections:
+    """The sections the training loop reads, which close every recipe: `train`, `log`, `checkpoint`, `eval`."""
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
