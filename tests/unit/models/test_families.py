@@ -146,7 +146,7 @@ def _kinds_in(node: ast.expr | None) -> list[str]:
 def kind_branches(source: str) -> list[tuple[int, str, tuple[str, ...]]]:
     """`(line, what, kinds)` for every spot of `source` that names kinds by hand: a comparison of a kind with
     a known kind (`kind == "x"`, `!=`, `in ("x", "y")`), a tuple / list / set of two or more known kinds, or
-    a dict keyed by a known kind."""
+    a dict keyed by a known kind, or a conditional expression choosing between two known kinds."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Compare):
@@ -159,6 +159,8 @@ def kind_branches(source: str) -> list[tuple[int, str, tuple[str, ...]]]:
                         found.append((node.lineno, "branch on a kind", tuple(_kinds_in(b))))
         elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(_kinds_in(node)) >= 2:
             found.append((node.lineno, "list of kinds", tuple(_kinds_in(node))))
+        elif isinstance(node, ast.IfExp) and _kinds_in(node.body) and _kinds_in(node.orelse):
+            found.append((node.lineno, "choice of kinds", (*_kinds_in(node.body), *_kinds_in(node.orelse))))
         elif isinstance(node, ast.Dict):
             keyed = [k for key in node.keys for k in _kinds_in(key)]
             if keyed:
@@ -178,10 +180,11 @@ def kind_branches(source: str) -> list[tuple[int, str, tuple[str, ...]]]:
         ("ok = export_kind not in {'peagle'}", [(1, "branch on a kind", ("peagle",))]),
         ('KINDS = ["eagle", "draft_lm"]', [(1, "list of kinds", ("eagle", "draft_lm"))]),
         ('T = {"medusa": 1}', [(1, "table keyed by kind", ("medusa",))]),
+        ('name = "eagle3" if v3 else "eagle"', [(1, "choice of kinds", ("eagle3", "eagle"))]),
         # not kinds, or not a kind compared: left alone
         ('if kind == "ce":\n    pass', []),
         ('if spec == "ngram":\n    pass', []),
-        ('x = ("medusa",)\ny = {"kind": "draft_lm"}\nname = "eagle3" if v3 else "eagle"', []),
+        ('x = ("medusa",)\ny = {"kind": "draft_lm"}\nname = "eagle3" if v3 else "a"', []),
     ],
 )
 def test_the_kind_checker_finds_planted_branches(source, expected):

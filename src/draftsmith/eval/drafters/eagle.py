@@ -31,8 +31,7 @@ class EagleDrafter(CachedDrafter[Eagle1Draft | Eagle3Draft]):
 
     def __init__(self, draft: Eagle1Draft | Eagle3Draft):
         super().__init__(draft, draft.feature_layers)
-        self.v3 = isinstance(draft, Eagle3Draft)
-        self.name = "eagle3" if self.v3 else "eagle"
+        self.name = draft.kind
 
     # -- the draft network -----------------------------------------------------------------------------
 

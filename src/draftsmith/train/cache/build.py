@@ -22,7 +22,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from tqdm.auto import tqdm
@@ -33,6 +33,7 @@ from draftsmith.models.target import FrozenTarget, LayerId
 from draftsmith.runtime.errors import run_main
 from draftsmith.runtime.run_lock import main_process_lock
 from draftsmith.train.cache.store import (
+    Storage,
     completed_entry,
     plan_shards,
     shard_name,
@@ -62,7 +63,7 @@ def target_features(
 def build_cache(
     method: str,
     cfg: Any,
-    storage: str,
+    storage: Storage,
     shard_tokens: int,
     batch_size: int,
     device: torch.device | str = "cpu",
@@ -179,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     recipe_cls = importlib.import_module(TRAIN_METHODS[method]).RECIPE
     parser = make_parser(recipe_cls, prog=f"draftsmith cache {method}", description=__doc__ or "")
     parser.add_argument(
-        "--storage", choices=["bf16", "fp8"], default="bf16", help="feature dtype on disk (default bf16)"
+        "--storage", choices=get_args(Storage), default="bf16", help="feature dtype on disk (default bf16)"
     )
     parser.add_argument(
         "--shard-tokens",
