@@ -13,7 +13,8 @@ Formats (auto-detected from the keys of the first record, in FORMAT_KEYS order; 
   a preference record's `chosen` reply (LLaMA-Factory DPO files) becomes the last assistant turn.
 - alpaca: `instruction`, `output`, optional `input` (user = instruction + "\\n\\n" + input), `system`,
   `history: [[user, assistant]]`; or `instances: [{input, output}]` (Alpaca seed tasks: one per instance).
-- turns: `turns: [user...]` (MT-bench, EAGLE eval sets), optional `reference: [assistant...]` interleaved.
+- turns: `turns: [user...]` (MT-bench, EAGLE eval sets), optional `reference: [assistant...]` interleaved (a
+  `reference` of another shape, as in Spec-Bench's RAG rows, is not answers and is left unread).
 - pair: `question`/`answer` (GSM8K), `prompt`/`completion`, `prompt`/`response`, `prompt`/`canonical_solution`.
 - answers: `choices: [{turns: [assistant...]}]` (FastChat answer files): assistant turns only.
 - text: `text` (or a `.txt` file): a plain-text document, trained on every token.

@@ -210,8 +210,18 @@ def _from_alpaca(record: dict[str, Any], where: str) -> list[Conversation]:
     return out
 
 
+def _reference_answers(record: dict[str, Any]) -> list[str]:
+    """MT-bench's `reference`: one answer per turn, which becomes that turn's assistant reply. A `reference` of
+    another shape is not answers (Spec-Bench's RAG rows hold lists of retrieved documents): left unread, as
+    every field no format reads is."""
+    refs = record.get("reference")
+    if isinstance(refs, list) and all(isinstance(r, str) for r in refs):
+        return refs
+    return []
+
+
 def _from_turns(record: dict[str, Any], where: str) -> list[Conversation]:
-    refs = _string_list(record.get("reference") or [], "'reference'", where)
+    refs = _reference_answers(record)
     messages = []
     for k, turn in enumerate(_string_list(record["turns"], "'turns'", where)):
         messages += [_msg("user", turn)] + ([_msg("assistant", refs[k])] if k < len(refs) else [])

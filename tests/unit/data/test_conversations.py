@@ -157,6 +157,26 @@ def test_turns_with_and_without_references(shared_data: Path) -> None:
     assert answers[0].messages == [{"role": "assistant", "content": t} for t in raw["choices"][0]["turns"]]
 
 
+def test_fields_no_format_reads_may_have_any_shape(tmp_path: Path) -> None:
+    """Spec-Bench's question.jsonl: its RAG rows carry `reference` as lists of retrieved documents, not answers;
+    they read as their user turns, as do extra fields of any shape."""
+    rows = [
+        {"question_id": 1, "category": "writing", "turns": ["a", "b"], "reference": ["ra", "rb"]},
+        {
+            "question_id": 2,
+            "category": "rag",
+            "turns": ["q"],
+            "reference": [["doc 1", "doc 2"]],
+            "x": {"y": [1]},
+        },
+        {"question_id": 3, "turns": ["p"], "reference": None, "meta": [[1, 2], {"k": None}]},
+    ]
+    path = _write(tmp_path / "question.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    convs = read_conversations(path)
+    assert [[m["content"] for m in c.messages] for c in convs] == [["a", "ra", "b", "rb"], ["q"], ["p"]]
+    assert [c.id for c in convs] == ["1", "2", "3"]
+
+
 def test_text_documents(shared_data: Path, tmp_path: Path) -> None:
     wiki = shared_data / "llamafactory_demo/wiki_demo.txt"
     lines = [ln for ln in wiki.read_text(encoding="utf-8").split("\n") if ln.strip()]
