@@ -11,7 +11,7 @@ matrix: tau and speedup for ngram, Medusa-1 and a 1-layer draft_lm (--draft: the
   standard-library prompts and on ../shared/data/eagle_eval_sets (8 prompts from each of its 5 files), at
   T=0 and T=1, depth 3 and 5, chain and topk:3 tree.
 overhead: the evaluator's mean time per verification step (target forward, verification, cache compaction,
-  drafter bookkeeping; drafting excluded) divided by the mean time of a bare `model(ids, past_key_values=...)`
+  drafter bookkeeping; drafting excluded) divided by the mean time of a bare `model(ids, cache=...)`
   over the same number of tokens with the same cache length, for a sample of the steps actually taken.
 assisted: tokens/s of draft_lm speculative decoding vs transformers' assisted generation
   (`generate(assistant_model=...)`, constant schedule, confidence stop off) with the same draft and K, and
@@ -180,6 +180,7 @@ def overhead(args: argparse.Namespace) -> list[dict[str, Any]]:
     from draftsmith.eval.kv_cache import crop_to
     from draftsmith.eval.sampling import Sampling
     from draftsmith.eval.tree import parse_tree
+    from draftsmith.models.parts import with_cache
 
     target = _load(args.target)
     prompts = _heldout_prompts(target, args.num_prompts)
@@ -193,12 +194,14 @@ def overhead(args: argparse.Namespace) -> list[dict[str, Any]]:
         with torch.no_grad():
             for s in sample:
                 cache = DynamicCache(config=target.model.config)
-                target.model(torch.randint(0, target.vocab_size, (1, s.cache_len)), past_key_values=cache)
+                target.model(
+                    torch.randint(0, target.vocab_size, (1, s.cache_len)), **with_cache(target.model, cache)
+                )
                 ids = torch.randint(0, target.vocab_size, (1, s.draft_tokens + 1))
                 times = []
                 for _ in range(7):
                     t0 = time.perf_counter()
-                    target.model(ids, past_key_values=cache)
+                    target.model(ids, **with_cache(target.model, cache))
                     times.append(time.perf_counter() - t0)
                     crop_to(cache, s.cache_len)
                 bare.append(statistics.median(times))

@@ -21,6 +21,7 @@ from draftsmith.eval.tree import parse_tree
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft
 from draftsmith.models.mtp import MTPConfig, MTPDraft
+from draftsmith.models.parts import with_cache
 from draftsmith.models.target import FrozenTarget
 from draftsmith.toy.tiny_targets import ARCHITECTURES, available, build_tiny_target
 
@@ -168,8 +169,8 @@ def test_t0_decoding_is_lossless_with_an_fp8_kv_cache(arch, targets, tokenizer):
     for kv in ("auto", "fp8"):
         cache = new_cache(target.model.config, kv)
         with torch.no_grad():
-            target.model(input_ids=ids, past_key_values=cache, use_cache=True)
-            logits[kv] = target.model(input_ids=ids[:, :1], past_key_values=cache).logits
+            target.model(input_ids=ids, **with_cache(target.model, cache), use_cache=True)
+            logits[kv] = target.model(input_ids=ids[:, :1], **with_cache(target.model, cache)).logits
     assert not torch.equal(logits["auto"], logits["fp8"])
     for kind in ("self", "ngram", "eagle3"):
         for tree in ("chain", "topk:2"):

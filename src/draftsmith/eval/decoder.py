@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from draftsmith.models.parts import with_cache
 from draftsmith.models.target import FrozenTarget, stop_token_ids
 
 from .drafters.base import Drafter, check_depth
@@ -224,7 +225,9 @@ def plain_decode(
     ids = torch.tensor([prompt], device=device)
     out = Generation([])
     while True:
-        logits = target.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+        logits = target.model(
+            input_ids=ids, **with_cache(target.model, cache), use_cache=True, logits_to_keep=1
+        ).logits
         tok = pick(logits[0, -1], sampling, generator)
         out.tokens.append(tok)
         if tok in stop_ids:

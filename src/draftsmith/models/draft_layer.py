@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .parts import with_cache
 from .ttt_attention import ATTENTION_NAME
 
 
@@ -142,7 +143,7 @@ class DecoderBlock(nn.Module):
             hidden_states=attn_input,
             position_embeddings=position_embeddings,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            **with_cache(self.self_attn, past_key_values),
         )
         x = residual + h
         return x + self.mlp(self.post_attention_layernorm(x))

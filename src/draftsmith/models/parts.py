@@ -1,9 +1,13 @@
 """What several drafter families share: the left shift that aligns "the next token" with a column, the causal
-mask, and the base of a drafter that borrows the target's frozen embedding and LM head (EAGLE-1, EAGLE-3, MTP).
+mask, the keyword a transformers module takes its KV cache by, and the base of a drafter that borrows the
+target's frozen embedding and LM head (EAGLE-1, EAGLE-3, MTP).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,6 +23,19 @@ def causal_mask(length: int, device: torch.device | str = "cpu") -> torch.Tensor
     """Causal mask `[1, 1, T, T]` bool, True = attend (column t sees columns <= t), for SDPA."""
     cols = torch.arange(length, device=device)
     return (cols[None, :] <= cols[:, None])[None, None]
+
+
+def with_cache(module: nn.Module, cache: Any) -> dict[str, Any]:
+    """`{keyword: cache}` for a call of `module`: transformers 5.24 renamed the KV-cache argument of models,
+    decoder layers and attention from `past_key_values` to `cache` (the old name warns, and goes in 5.40);
+    earlier releases, and models not yet moved, take `past_key_values`."""
+    return {_cache_keyword(type(module).forward): cache}
+
+
+@functools.cache
+def _cache_keyword(forward: Callable[..., Any]) -> str:
+    parameters = inspect.signature(forward).parameters  # follows the deprecation wrapper
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class FrozenParts:

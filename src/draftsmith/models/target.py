@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .identity import sha256_text, tokenizer_fingerprint, weights_fingerprint
+from .parts import with_cache
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class FrozenTarget:
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=past_key_values,
+                **with_cache(self.decoder, past_key_values),
                 use_cache=past_key_values is not None,
             )
         finally:

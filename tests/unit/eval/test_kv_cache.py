@@ -8,6 +8,7 @@ from transformers import DynamicCache
 
 from draftsmith.eval.kv_cache import keep_path
 from draftsmith.eval.tree import DraftTree, tree_attention
+from draftsmith.models.parts import with_cache
 
 
 @torch.no_grad()
@@ -16,12 +17,12 @@ def test_tree_forward_matches_sequential_and_compacted_cache_continues_exactly()
     prefix = torch.randint(0, 64, (1, 7))
     tree = DraftTree(torch.tensor([5, 11, 12, 13, 14, 15]), [-1, 0, 0, 2, 2, 4])
     cache = DynamicCache(config=model.config)
-    model(prefix, past_key_values=cache, use_cache=True)
+    model(prefix, **with_cache(model, cache), use_cache=True)
     past = prefix.shape[1]
     depth = torch.tensor(tree.depths())
     mask = tree_attention(tree.ancestor_mask(), past, torch.float32, torch.device("cpu"))
     tree_logits = model(
-        tree.tokens[None], attention_mask=mask, position_ids=(past + depth)[None], past_key_values=cache
+        tree.tokens[None], attention_mask=mask, position_ids=(past + depth)[None], **with_cache(model, cache)
     ).logits[0]
     # Oracle 1: each node's logits equal a plain causal forward over prefix + its root-to-node path.
     for node in range(len(tree)):
@@ -33,7 +34,7 @@ def test_tree_forward_matches_sequential_and_compacted_cache_continues_exactly()
     keep_path(cache, past, kept)
     assert cache.get_seq_length() == past + 3
     nxt = torch.tensor([[7]])
-    got = model(nxt, past_key_values=cache).logits[0, -1]
+    got = model(nxt, **with_cache(model, cache)).logits[0, -1]
     ref = model(torch.cat([prefix[0], tree.tokens[kept], nxt[0]])[None]).logits[0, -1]
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
 
@@ -42,7 +43,7 @@ def test_tree_forward_matches_sequential_and_compacted_cache_continues_exactly()
 def test_contiguous_path_is_a_crop():
     model = make_tiny_llama(64, layers=1)
     cache = DynamicCache(config=model.config)
-    model(torch.randint(0, 64, (1, 9)), past_key_values=cache, use_cache=True)
+    model(torch.randint(0, 64, (1, 9)), **with_cache(model, cache), use_cache=True)
     keep_path(cache, 4, [0, 1, 2])
     assert cache.get_seq_length() == 7
 
@@ -59,16 +60,22 @@ def test_fp8_cache_keeps_what_feeding_only_the_path_would_have_stored():
     tree = DraftTree(torch.tensor([5, 11, 12, 13, 14, 15]), [-1, 0, 0, 2, 2, 4])
     past, path = prefix.shape[1], [0, 2, 4]
     cache = new_cache(model.config, "fp8")
-    model(prefix, past_key_values=cache, use_cache=True)
+    model(prefix, **with_cache(model, cache), use_cache=True)
     depth = torch.tensor(tree.depths())
     mask = tree_attention(tree.ancestor_mask(), past, torch.float32, torch.device("cpu"))
-    model(tree.tokens[None], attention_mask=mask, position_ids=(past + depth)[None], past_key_values=cache)
+    model(
+        tree.tokens[None], attention_mask=mask, position_ids=(past + depth)[None], **with_cache(model, cache)
+    )
     keep_path(cache, past, path)
 
     oracle = new_cache(model.config, "fp8")
-    model(prefix, past_key_values=oracle, use_cache=True)
+    model(prefix, **with_cache(model, oracle), use_cache=True)
     for i, node in enumerate(path):  # one token at a time, as plain decoding feeds them
-        model(tree.tokens[node][None, None], position_ids=torch.tensor([[past + i]]), past_key_values=oracle)
+        model(
+            tree.tokens[node][None, None],
+            position_ids=torch.tensor([[past + i]]),
+            **with_cache(model, oracle),
+        )
     assert seq_length(cache) == cache.get_seq_length() == past + len(path)
     for got, want in zip(cache.layers, oracle.layers, strict=True):
         assert got._quantized_keys[0].dtype == torch.float8_e4m3fn
@@ -78,7 +85,9 @@ def test_fp8_cache_keeps_what_feeding_only_the_path_would_have_stored():
         ):
             assert torch.equal(a[0].view(torch.uint8), b[0].view(torch.uint8)) and torch.equal(a[1], b[1])
     nxt = torch.tensor([[7]])
-    assert torch.equal(model(nxt, past_key_values=cache).logits, model(nxt, past_key_values=oracle).logits)
+    assert torch.equal(
+        model(nxt, **with_cache(model, cache)).logits, model(nxt, **with_cache(model, oracle)).logits
+    )
     crop_to(cache, past + 1)
     assert cache.get_seq_length() == past + 1 and cache.layers[0]._quantized_keys[0].shape[-2] == past + 1
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from draftsmith.models.parts import with_cache
 from draftsmith.models.target import LayerId
 
 from ..kv_cache import RollbackImpossible, crop_to, new_cache
@@ -57,7 +58,7 @@ class LMDrafter:
         out = self.model(
             input_ids=torch.tensor([ids], device=self.device),
             attention_mask=mask,
-            past_key_values=self.cache,
+            **with_cache(self.model, self.cache),
             use_cache=True,
             **kwargs,
         )
