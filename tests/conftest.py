@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 import sys
 from pathlib import Path
 
@@ -87,10 +86,10 @@ def _toy_source_hash() -> str:
 @pytest.fixture(scope="session")
 def tiny_toy_target(tmp_path_factory) -> Path:
     """The `tiny` toy target, built once per source version (cached under $DRAFTSMITH_CACHE)."""
+    from draftsmith.runtime.files import user_cache
     from draftsmith.toy.target import build_toy_target
 
-    cache = Path(os.environ.get("DRAFTSMITH_CACHE", Path.home() / ".cache" / "draftsmith"))
-    out = cache / "test-targets" / f"tiny-seed0-{_toy_source_hash()}"
+    out = user_cache() / "test-targets" / f"tiny-seed0-{_toy_source_hash()}"
     if not (out / "build.json").is_file():
         build_toy_target("tiny", out, seed=0, force=True, progress=False)
     return out

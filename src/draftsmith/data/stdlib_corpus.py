@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from draftsmith.runtime.files import user_cache
+
 logger = logging.getLogger(__name__)
 
 # Bump whenever the extraction rules or the record layout change: it is part of the cache key.
@@ -61,12 +63,6 @@ def stdlib_path() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def cache_dir() -> Path:
-    """`$DRAFTSMITH_CACHE`, or `~/.cache/draftsmith` when unset."""
-    env = os.environ.get("DRAFTSMITH_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "draftsmith"
-
-
 def module_split(module: str) -> Literal["train", "heldout"]:
     """Which split a dotted module name belongs to (stable across runs, machines and Python versions)."""
     bucket = int(hashlib.sha1(module.encode("utf-8")).hexdigest()[:8], 16) % 100
@@ -78,7 +74,7 @@ def stdlib_conversations(split: Split = "train", cache: Path | None = None) -> l
 
     Args:
         split: "train", "heldout" (about 5% of modules) or "all".
-        cache: directory for the JSONL cache; defaults to `cache_dir()`.
+        cache: directory for the JSONL cache; defaults to `user_cache()`.
 
     Returns:
         Records `{"id": "module.Qual.name", "module": "module", "messages": [user, assistant]}` in a
@@ -87,7 +83,7 @@ def stdlib_conversations(split: Split = "train", cache: Path | None = None) -> l
     """
     if split not in ("train", "heldout", "all"):
         raise ValueError(f"split={split!r} is not one of 'train', 'heldout', 'all'")
-    records = _load_or_build(cache if cache is not None else cache_dir())
+    records = _load_or_build(cache if cache is not None else user_cache())
     if split == "all":
         return records
     return [r for r in records if module_split(r["module"]) == split]
@@ -95,7 +91,7 @@ def stdlib_conversations(split: Split = "train", cache: Path | None = None) -> l
 
 def stdlib_summary(cache: Path | None = None) -> dict[str, Any]:
     """Counts of modules, conversations and characters per split, plus where the corpus came from."""
-    records = _load_or_build(cache if cache is not None else cache_dir())
+    records = _load_or_build(cache if cache is not None else user_cache())
     summary: dict[str, Any] = {
         "python_version": sys.version.split()[0],
         "stdlib_path": str(stdlib_path()),

@@ -20,7 +20,9 @@ from draftsmith.config.loader import ConfigError, load_config
 class EvalArgs:
     """The evaluator's settings (YAML keys, `KEY=VALUE` overrides, or `--key value` flags)."""
 
-    target: str = field(metadata={"help": "Target model: a local directory or a Hugging Face Hub id."})
+    target: str = field(
+        metadata={"help": "Target model: a local directory, a .gguf file or a Hugging Face Hub id."}
+    )
     drafter: str = field(
         metadata={
             "help": "ngram (prompt lookup), self (the target drafts for itself: a sanity check), a draftsmith "

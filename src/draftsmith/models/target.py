@@ -22,6 +22,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from .gguf import is_gguf, pretrained_source
 from .identity import sha256_text, tokenizer_fingerprint, weights_fingerprint
 from .parts import with_cache
 
@@ -36,7 +37,9 @@ class TargetConfig:
 
     path: str = field(
         default="",
-        metadata={"help": "Hugging Face Hub id (org/name) or a local directory of the target model."},
+        metadata={
+            "help": "Hugging Face Hub id (org/name), a local directory of the target model, or a .gguf file."
+        },
     )
     revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit)."})
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
@@ -112,16 +115,21 @@ class FrozenTarget:
                 "target.path is empty: set it to a Hub id or a local model directory (target.path=DIR)"
             )
         local = Path(cfg.path).expanduser()
-        if cfg.path.startswith(("/", "./", "../", "~")) and not local.is_dir():
+        if cfg.path.startswith(("/", "./", "../", "~")) and not local.is_dir() and not is_gguf(cfg.path):
             raise FileNotFoundError(
                 f"target.path={cfg.path!r} is not a directory: point it at a saved model directory "
-                "(with config.json and the weights) or a Hub id like org/name"
+                "(with config.json and the weights), a .gguf file or a Hub id like org/name"
             )
         device = torch.device(device)
-        kwargs: dict[str, Any] = {"revision": cfg.revision, "trust_remote_code": cfg.trust_remote_code}
+        source, gguf = pretrained_source(cfg.path)  # a .gguf file: its folder, gguf_file=<name>
+        kwargs: dict[str, Any] = {
+            "revision": cfg.revision,
+            "trust_remote_code": cfg.trust_remote_code,
+            **gguf,
+        }
         try:
-            tokenizer = AutoTokenizer.from_pretrained(cfg.path, **kwargs)
-            config = AutoConfig.from_pretrained(cfg.path, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+            config = AutoConfig.from_pretrained(source, **kwargs)
             text_config = config.get_text_config()
             num_layers = int(text_config.num_hidden_layers)
             partial = layers is not None and layers < num_layers
@@ -129,7 +137,7 @@ class FrozenTarget:
                 _set_layer_count(text_config, max(0, int(layers)))  # type: ignore[arg-type]
             with _quiet_unused_weights(enabled=partial):
                 model = AutoModelForCausalLM.from_pretrained(
-                    cfg.path, config=config, dtype=resolve_dtype(cfg.dtype, device), **kwargs
+                    source, config=config, dtype=resolve_dtype(cfg.dtype, device), **kwargs
                 )
             _set_layer_count(model.config.get_text_config(), num_layers)
         except OSError as err:

@@ -16,6 +16,13 @@ from typing import Any
 from .errors import UserError
 
 
+def user_cache() -> Path:
+    """draftsmith's own cache: `$DRAFTSMITH_CACHE`, or `~/.cache/draftsmith` when unset (built targets, the
+    standard-library corpus)."""
+    env = os.environ.get("DRAFTSMITH_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "draftsmith"
+
+
 class DamagedFile(UserError):
     """A file is unreadable, or differs from the sha256 recorded when it was written."""
 

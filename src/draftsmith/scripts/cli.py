@@ -85,7 +85,12 @@ def _cache(argv: Sequence[str]) -> int:
 def _build_target(argv: Sequence[str]) -> int:
     from draftsmith.toy import build as build_toy_target
 
-    parser = argparse.ArgumentParser(prog="draftsmith build-target", description=build_toy_target.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="draftsmith build-target",
+        description=build_toy_target.__doc__,
+        epilog=build_toy_target.presets_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     build_toy_target.add_arguments(parser)
     return build_toy_target.run(parser.parse_args(list(argv)))
 
@@ -121,7 +126,7 @@ def _quickstart(argv: Sequence[str]) -> int:
 
 
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
-    "build-target": (_build_target, "train a small Llama toy target on real text (CPU, deterministic)"),
+    "build-target": (_build_target, "build a target: a toy Llama trained on real text, or a packaged model"),
     "data": (_data, "inspect a recipe's data; regenerate answers with the target"),
     "train": (_train, f"train a drafter ({', '.join(TRAIN_METHODS)}): draftsmith train METHOD --config ..."),
     "cache": (

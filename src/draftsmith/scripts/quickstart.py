@@ -8,16 +8,10 @@ re-evaluates) the same run instead of starting over.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
-
-
-def default_target_dir(preset: str, seed: int) -> Path:
-    cache = Path(os.environ.get("DRAFTSMITH_CACHE", Path.home() / ".cache" / "draftsmith"))
-    return cache / "targets" / f"{preset}-seed{seed}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,6 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    from draftsmith.toy.build import default_target_dir
     from draftsmith.toy.target import build_toy_target
     from draftsmith.train import medusa
 
