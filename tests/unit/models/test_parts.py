@@ -5,8 +5,9 @@ from __future__ import annotations
 import warnings
 
 import torch
+from conftest import make_tiny_llama
 from torch import nn
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache
 
 from draftsmith.models.parts import with_cache
 
@@ -29,16 +30,8 @@ def test_with_cache_uses_the_keyword_the_module_takes():
 def test_incremental_decoding_through_with_cache_is_exact_and_silent():
     """Prefix, then one token at a time through the cache: the logits of one full forward, and no warning
     (transformers 5.24+ warns on `past_key_values`)."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=61,
-    )
-    model = LlamaForCausalLM(config).eval()
+    model = make_tiny_llama(61, layers=2).eval()
+    config = model.config
     ids = torch.randint(0, 61, (1, 9))
     full = model(ids).logits
     cache = DynamicCache(config=config)
