@@ -5,7 +5,8 @@ file that trains also evaluates, and every error names the file and the 0-based 
 
 Sources: `.jsonl`, `.json` (an array, or JSON Lines), `.parquet`, `.txt`, gzip of the JSON ones
 (`.jsonl.gz`, `.json.gz`), a directory written by `datasets.save_to_disk`, `hf:owner/name[:split]`
-(`datasets.load_dataset`; a local folder of data files works too) and the built-in `stdlib[:split]`.
+(`datasets.load_dataset`; a local folder of data files works too), the built-in `stdlib[:split]` and the
+built-in chat prompts `prompts[:split]` (data/chat_prompts.py).
 
 Formats (auto-detected from the keys of the first record, in FORMAT_KEYS order; `format=` overrides):
 - messages: `messages: [{role, content}]`, optional `tools`.
@@ -30,6 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .chat_prompts import SOURCES as CHAT_PROMPT_SOURCES
+from .chat_prompts import chat_prompts
 from .formats import FORMATS, ROLES, Conversation, _convert, detect_format
 
 __all__ = [
@@ -51,7 +54,8 @@ def read_conversations(source: str, format: str = "auto", limit: int | None = No
     """Read every record of `source` as a Conversation.
 
     Args:
-        source: a file path, a `save_to_disk` directory, `hf:owner/name[:split]` or `stdlib[:split]`.
+        source: a file path, a `save_to_disk` directory, `hf:owner/name[:split]`, `stdlib[:split]` or
+            `prompts[:split]`.
         format: one of FORMATS, or "auto" to detect it from the keys of the first record.
         limit: stop after this many conversations (None: all).
 
@@ -71,13 +75,16 @@ def read_conversations(source: str, format: str = "auto", limit: int | None = No
 
         rows = stdlib_conversations(_STDLIB_SPLITS[source])  # type: ignore[arg-type]
         return _convert(enumerate(rows), source, format, limit)
+    if source in CHAT_PROMPT_SOURCES:
+        return _convert(enumerate(chat_prompts(CHAT_PROMPT_SOURCES[source])), source, format, limit)
     if source.startswith("hf:"):
         return _convert(_hub_records(source), source, format, limit)
     path = Path(source)
     if not path.exists():
         raise FileNotFoundError(
             f"data source {source!r} does not exist; expected a .jsonl/.json/.parquet/.txt file (optionally "
-            f".gz), a save_to_disk directory, 'hf:owner/name[:split]' or one of {sorted(_STDLIB_SPLITS)}"
+            f".gz), a save_to_disk directory, 'hf:owner/name[:split]' or one of "
+            f"{sorted(_STDLIB_SPLITS) + sorted(CHAT_PROMPT_SOURCES)}"
         )
     if path.is_dir():
         return _convert(_disk_records(path), source, format, limit)

@@ -18,7 +18,7 @@
     draftsmith export CKPT --to vllm|sglang|tgi|hf --out DIR
                                                          the drafter in an engine's layout, validated
     draftsmith push CKPT --repo ORG/NAME [--dry-run DIR] upload with a model card stating what was measured
-    draftsmith quickstart                                toy target -> Medusa heads -> eval vs ngram
+    draftsmith quickstart [--budget short|long]          SmolLM2 -> its answers -> EAGLE-3 -> eval vs ngram
 
 Each subcommand has its own `--help`.
 """
@@ -142,7 +142,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "push": (_push, "upload a drafter with its engine exports and a model card of what was measured"),
     "quickstart": (
         _quickstart,
-        "build the small toy target if absent, train Medusa heads, measure tau vs ngram",
+        "train EAGLE-3 for SmolLM2-135M-Instruct on its own answers, measure tau vs ngram",
     ),
 }
 

@@ -143,16 +143,19 @@ class EagleMethod(TrainingMethod):
             return sums, metrics
         g = torch.cat([feats[i] for i in self.feature_layers], dim=-1)
         hidden = model(g, ids)  # one [B, T, H] per TTT step; the logits are computed per chunk
-        T = ids.shape[1]
-        # Step s's soft label at column t is the target's distribution at position t+s+1 (zeros past the end):
-        # views into one zero-padded copy of `final`, not one shifted copy per step.
-        final = F.pad(feats["final"], (0, 0, 0, len(hidden)))
-        finals = [final[:, s + 1 : s + 1 + T] for s in range(len(hidden))]
+        S = len(hidden)
+        # Step s's soft label at column t is the target's distribution at position t+s+1 (zeros past the end).
+        # `windows[:, t, :, s]` is that state: a strided view of one zero-padded copy of `final`, so a chunk of
+        # columns carries the c+S-1 states its S steps read and the target head runs once per chunk, not once
+        # per step (on CPU the frozen head over the full vocabulary cost more than the drafter itself).
+        final = F.pad(feats["final"], (0, 0, 0, S))
+        windows = final[:, 1:].unfold(1, S, 1)  # [B, T, H, S]
+        finals = [final[:, s + 1 : s + 1 + ids.shape[1]] for s in range(S)]
         weights = self._weights(draft, hidden, finals, masks, chunk)
         fn = _eagle3_chunk(draft, head, objective)
-        steps = [chunked_loss(fn, (h, finals[s], masks[s], weights[s]), chunk) for s, h in enumerate(hidden)]
-        metrics = {name: torch.cat([st[2][name] for st in steps]) for name in ("top1", "alpha")}
-        return torch.cat([st[0] for st in steps]), metrics
+        inputs = (*hidden, windows, torch.stack(masks, -1), weights.permute(1, 2, 0))
+        sums, _, metrics = chunked_loss(fn, inputs, chunk)
+        return sums, metrics
 
     def _weights(
         self,
@@ -252,32 +255,49 @@ def _hits(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> tor
 def _eagle3_chunk(
     draft: Eagle3Draft, head: Callable[[torch.Tensor], torch.Tensor], objective: ObjectiveConfig
 ) -> Callable[..., ChunkResult]:
-    """One TTT step's loss on one chunk: `(draft output [B, c, H], the target's final state at the positions
-    predicted [B, c, H], mask [B, c], weights [B, c])` -> `(sum [1], count [1], {"top1": [1], "alpha": [1]})`."""
+    """Every TTT step's loss on one chunk of c columns: `(draft output of step s [B, c, H] for each of the S
+    steps, the target's final states read by the steps [B, c, H, S] (see `loss_terms`), masks [B, c, S],
+    weights [B, c, S])` -> `(sums [S], counts [S], {"top1": [S], "alpha": [S]})`."""
 
-    def fn(
-        hidden: torch.Tensor, final: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor
-    ) -> ChunkResult:
-        logits = draft.logits(hidden)
-        if objective.loss is None:
-            with torch.no_grad():
-                target_logits = head(final)
-            w = None if objective.weighting == "fixed" else weights
-            loss, count, hit, alpha = eagle3_step_loss(logits, target_logits, mask, draft.t2d, w)
-            return loss.reshape(1), count.reshape(1), {"top1": hit.reshape(1), "alpha": alpha.reshape(1)}
-        with torch.no_grad():
-            target, kept = _target_view(draft, head(final))
-        labels = target.argmax(-1)
-        loss, alpha = masked_objective(
-            objective.loss, logits, target, labels, weights * kept, mask & kept, kappa=objective.lk_kappa
-        )
-        return (
-            loss,
-            mask.sum().float().reshape(1),
-            {"top1": _hits(logits, labels, mask & kept), "alpha": alpha},
-        )
+    def fn(*parts: torch.Tensor) -> ChunkResult:
+        *hidden, windows, masks, weights = parts
+        c = windows.shape[1]
+        with torch.no_grad():  # the c+S-1 distinct states, then the target's logits over them, once
+            states = torch.cat([windows[..., 0], windows[:, -1, :, 1:].transpose(1, 2)], dim=1)
+            target_logits = head(states)
+        out = [
+            _eagle3_step(
+                draft, objective, draft.logits(h), target_logits[:, s : s + c], masks[..., s], weights[..., s]
+            )
+            for s, h in enumerate(hidden)
+        ]
+        sums, counts = torch.cat([o[0] for o in out]), torch.cat([o[1] for o in out])
+        return sums, counts, {name: torch.cat([o[2][name] for o in out]) for name in ("top1", "alpha")}
 
     return fn
+
+
+def _eagle3_step(
+    draft: Eagle3Draft,
+    objective: ObjectiveConfig,
+    logits: torch.Tensor,
+    target_logits: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor,
+) -> ChunkResult:
+    """One TTT step's `(sum [1], count [1], {"top1": [1], "alpha": [1]})` from the draft's logits `[B, c, Vd]` and
+    the target's `[B, c, V]` at the positions the step predicts."""
+    if objective.loss is None:
+        w = None if objective.weighting == "fixed" else weights
+        loss, count, hit, alpha = eagle3_step_loss(logits, target_logits, mask, draft.t2d, w)
+        return loss.reshape(1), count.reshape(1), {"top1": hit.reshape(1), "alpha": alpha.reshape(1)}
+    with torch.no_grad():
+        target, kept = _target_view(draft, target_logits)
+    labels = target.argmax(-1)
+    loss, alpha = masked_objective(
+        objective.loss, logits, target, labels, weights * kept, mask & kept, kappa=objective.lk_kappa
+    )
+    return loss, mask.sum().float().reshape(1), {"top1": _hits(logits, labels, mask & kept), "alpha": alpha}
 
 
 class _Eagle3Train(Eagle3Draft):

@@ -86,6 +86,8 @@ def eagle3_step0(
     a = hidden + attention(u, w, prefix, cfg)
     a = a + mlp(rms(a, w[prefix + "post_attention_layernorm.weight"], eps), w, prefix)
     draft_logits = rms(a, w["norm.weight"], eps) @ w["lm_head.weight"].T
+    if "d2t" not in w:  # no map (vLLM, a full draft vocabulary): draft id i is target id i
+        return draft_logits
     out = torch.full((features.shape[0], embedding.shape[0]), float("-inf"))
     out[:, torch.arange(w["d2t"].shape[0]) + w["d2t"]] = draft_logits
     return out

@@ -185,9 +185,7 @@ def test_eagle3_with_the_qwen3_draft_layer_exports_to_vllm_only(checkpoints, tar
         assert not (tmp_path / engine).exists()
 
 
-@pytest.mark.parametrize(
-    "engine,fc_bias", [("sglang", True), ("vllm", True), ("sglang", False), ("vllm", False)]
-)
+@pytest.mark.parametrize("engine,fc_bias", [("sglang", True), ("sglang", False), ("vllm", False)])
 def test_eagle1_export_computes_the_trained_logits(target, tmp_path, engine, fc_bias):
     ckpt = save_drafter(tmp_path / "ckpt", _eagle1(target, fc_bias), target.identity())
     out, _, _ = export(ckpt, engine, tmp_path / engine)
@@ -198,10 +196,49 @@ def test_eagle1_export_computes_the_trained_logits(target, tmp_path, engine, fc_
         theirs = ref.eagle1_step(out, f[0], ids[0], target.embed_tokens.weight, target.lm_head.weight)
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
     tensors = load_file(str(out / "model.safetensors"))
-    # SGLang's EAGLE fc always has a bias (zero when none was trained); vLLM gets one only with eagle_fc_bias.
-    assert ("fc.bias" in tensors) == (engine == "sglang" or fc_bias)
+    # SGLang's EAGLE fc always has a bias (zero when none was trained); vLLM's never has one, and it prefixes
+    # `Eagle` to the architecture name itself.
+    assert ("fc.bias" in tensors) == (engine == "sglang")
     if engine == "sglang" and not fc_bias:
         assert not tensors["fc.bias"].any()
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM" if engine == "vllm" else "LlamaForCausalLMEagle"]
+
+
+def test_a_full_vocabulary_eagle3_ships_no_vocabulary_map_to_vllm(target, tmp_path):
+    # vLLM creates draft_id_to_target_id only when draft_vocab_size != the target's, and refuses a d2t otherwise
+    V = target.vocab_size
+    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=2), target.model.config, V)
+    _randomize(draft, 6)
+    ckpt = save_drafter(tmp_path / "ckpt", draft, target.identity())
+    for engine in ("vllm", "sglang"):
+        out, _, _ = export(ckpt, engine, tmp_path / engine)
+        names = set(load_file(str(out / "model.safetensors")))
+        assert ({"d2t", "t2d"} <= names) == (engine == "sglang")
+    draft = _loaded("eagle3", ckpt, target)
+    g, ids = _inputs(target, width=3)
+    with torch.no_grad():
+        ours = draft.unroll(g, ids)[0][0]
+        theirs = ref.eagle3_step0(
+            tmp_path / "vllm",
+            g[0],
+            shift_left(ids)[0],
+            target.embed_tokens.weight,
+            "layers.0.",
+            "transformer_layer_config",
+        )
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
+
+
+def test_a_trained_eagle1_bias_refuses_the_vllm_export_and_a_zero_one_is_dropped(target, tmp_path):
+    draft = _eagle1(target, fc_bias=True)
+    ckpt = save_drafter(tmp_path / "ckpt", draft, target.identity())
+    _refused(ckpt, "vllm", tmp_path / "out", "vLLM's EAGLE-1 fc has no bias")
+    with torch.no_grad():
+        draft.fc.bias.zero_()
+    zero = save_drafter(tmp_path / "zero", draft, target.identity())
+    out, _, _ = export(zero, "vllm", tmp_path / "vllm")
+    assert "fc.bias" not in load_file(str(out / "model.safetensors"))
 
 
 @pytest.mark.parametrize(
@@ -398,7 +435,7 @@ def test_a_dropped_fc_bias_is_refused(target, tmp_path):
     # vllm#11126: the fc bias that the engine's module has but the export lacks.
     ckpt = save_drafter(tmp_path / "ckpt", _eagle1(target, fc_bias=True), target.identity())
     broken = _broken(ckpt, tmp_path, state_edit=lambda s: s.pop("fc.bias"))
-    _refused(broken, "vllm", tmp_path / "out", "draft.fc_bias=true but has no fc.bias")
+    _refused(broken, "sglang", tmp_path / "out", "draft.fc_bias=true but has no fc.bias")
 
 
 def test_medusa_biases_without_the_flag_that_loads_them_are_refused(checkpoints, target, tmp_path):

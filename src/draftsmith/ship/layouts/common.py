@@ -205,6 +205,23 @@ class Export:
     layer_ids: dict[str, list[int]] | None = None
 
 
+def without_identity_vocab_map(tensors: dict[str, torch.Tensor], spec: LayoutSpec, vocab_size: int) -> None:
+    """Drop `d2t` / `t2d` from a vLLM export whose drafter drafts the target's whole vocabulary.
+
+    vLLM (0.32: llama_eagle3.py, qwen3_dflash.py) creates its `draft_id_to_target_id` parameter only when
+    `draft_vocab_size` differs from the target's vocabulary, and refuses to load a `d2t` it has no parameter for
+    ("There is no module or parameter named 'draft_id_to_target_id'"); without a map it drafts target ids."""
+    if spec.draft_vocab is None or spec.draft_vocab[2] != vocab_size:
+        return
+    d2t, t2d, _ = spec.draft_vocab
+    for name in (d2t, t2d):
+        if name is not None:
+            tensors.pop(name, None)
+            spec.tensors.pop(name, None)
+            spec.dtypes.pop(name, None)
+    spec.draft_vocab = None
+
+
 def _get(config: dict[str, Any], dotted: str) -> Any:
     node: Any = config
     for part in dotted.split("."):

@@ -10,8 +10,8 @@ draftsmith's tensor names are z-lab's: `layers.{i}.self_attn.{q,k,v,o}_proj`, `l
                                                 uses the target's)
     speculators / vLLM (`--to vllm`)            `DFlashSpeculator`, `aux_hidden_state_layer_ids` = canonical,
                                                 `transformer_layer_config` (qwen3), plus the target's embedding
-                                                and LM head (bit-identical) and an identity vocabulary map
-                                                (d2t zeros, t2d all true: draftsmith drafts the full vocabulary)
+                                                and LM head (bit-identical); no vocabulary map (draftsmith
+                                                drafts the full vocabulary, and vLLM refuses a d2t then)
 
 Layer ids: the same canonical taps, written in each engine's convention (`to_engine_ids`).
 """
@@ -19,8 +19,6 @@ Layer ids: the same canonical taps, written in each engine's convention (`to_eng
 from __future__ import annotations
 
 from typing import Any
-
-import torch
 
 from draftsmith.models.draft_layer import draft_layer_config, draft_layer_settings
 
@@ -132,8 +130,6 @@ def dflash_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         **state,
         "embed_tokens.weight": target.embedding(),
         "lm_head.weight": target.lm_head(),
-        "d2t": torch.zeros(V, dtype=torch.long),  # draft id i = target id i + 0
-        "t2d": torch.ones(V, dtype=torch.bool),
     }
     config = {
         "architectures": ["DFlashSpeculator"],
@@ -176,10 +172,8 @@ def dflash_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         ],
     )
     spec = _spec(target, len(canonical), N)
-    spec.tensors.update({"embed_tokens.weight": (V, H), "lm_head.weight": (V, H), "d2t": (V,), "t2d": (V,)})
+    spec.tensors.update({"embed_tokens.weight": (V, H), "lm_head.weight": (V, H)})
     spec.shared = {"embed_tokens.weight": "embedding", "lm_head.weight": "lm_head"}
-    spec.draft_vocab = ("d2t", "t2d", V)
-    spec.dtypes = {"d2t": torch.int64, "t2d": torch.bool}
     spec.config = {
         **{f"transformer_layer_config.{k}": v for k, v in layer.items() if k != "layer_types"},
         "speculators_model_type": "dflash",

@@ -12,17 +12,17 @@ EAGLE-3, draftsmith name -> official / SGLang name (`--to sglang`, `--to hf`) ->
       qwen3 only)                              only, the export is refused            (transformer_layer_config qwen3)
     norm_final                                 norm.weight                            norm.weight
     lm_head_d [Vd, H]                          lm_head.weight                         lm_head.weight
-    d2t [Vd] int64 offsets, t2d [V] bool       d2t, t2d                               d2t, t2d
+    d2t [Vd] int64 offsets, t2d [V] bool       d2t, t2d                               d2t, t2d (none when Vd = V)
     (the target's embedding, never saved)      absent: SGLang uses the target's       absent: vLLM shares the target's
 
 Layer ids: SGLang's config carries canonical - 1, the speculators config canonical ids (common.LAYER_ID_OFFSETS).
 
-EAGLE-1 (`eagle`), official SafeAILab layout for every engine (`LlamaForCausalLMEagle`):
+EAGLE-1 (`eagle`), the official SafeAILab layout (`LlamaForCausalLMEagle`; for vLLM `LlamaForCausalLM`):
 
     fc.weight [H, 2H], fc.bias [H]             fc.weight, fc.bias    SGLang's fc always has a bias: a zero bias is
-                                                                     written when draft.fc_bias was off; vLLM reads
-                                                                     `eagle_fc_bias` (vllm#11126) and gets fc.bias
-                                                                     only when one was trained
+                                                                     written when draft.fc_bias was off; vLLM's fc
+                                                                     has none (0.32): no fc.bias, and a trained
+                                                                     non-zero bias refuses the vLLM export
     layer.self_attn.*, layer.mlp.*,            layers.0.*            layer 0 has no input_layernorm (the engines
     layer.post_attention_layernorm                                   replace it by the identity)
 """
@@ -36,7 +36,15 @@ import torch
 from draftsmith.models.draft_layer import draft_layer_config, draft_layer_settings
 from draftsmith.models.serving import SUMMARY
 
-from .common import Export, ExportError, LayoutSpec, TargetInfo, rope_settings, to_engine_ids
+from .common import (
+    Export,
+    ExportError,
+    LayoutSpec,
+    TargetInfo,
+    rope_settings,
+    to_engine_ids,
+    without_identity_vocab_map,
+)
 
 
 def _prefix_map(state: dict[str, torch.Tensor], renames: dict[str, str]) -> dict[str, torch.Tensor]:
@@ -197,6 +205,7 @@ def eagle3_sglang(source: dict[str, Any], target: TargetInfo, engine: str) -> tu
 def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
     """EAGLE-3 -> vLLM's self-describing speculators format (`speculators_model_type: eagle3`)."""
     canonical, ids, vd, tensors, spec = _eagle3_common(source, target, "vllm", "layers.0.")
+    without_identity_vocab_map(tensors, spec, target.vocab_size)
     state, cfg, H = source["state"], source["config"], target.hidden_size
     kind = draft_layer_kind(source)
     layer = draft_layer_config(target.config, target.vocab_size, layer=kind).to_dict()
@@ -247,8 +256,9 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
             '\'{"method": "eagle3", "model": "{dir}", "num_speculative_tokens": 3}\'',
         ],
         notes=[
-            'For T > 0 add "rejection_sample_method": "standard", "draft_sample_method": "gumbel" to the '
-            "speculative config (vLLM 0.21+), or vLLM samples drafts greedily and under-reports acceptance."
+            'For T > 0 add "rejection_sample_method": "standard", "draft_sample_method": "probabilistic" to '
+            "the speculative config (vLLM 0.32 takes greedy | probabilistic), or vLLM drafts greedily and "
+            "accepts a draft with the target's probability only."
         ]
         + (
             [
@@ -288,7 +298,9 @@ def layer_spec_config_rope(target: TargetInfo) -> dict[str, Any]:
 
 
 def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
-    """EAGLE-1 -> the official SafeAILab layout (`LlamaForCausalLMEagle`) that SGLang and vLLM load."""
+    """EAGLE-1 -> the official SafeAILab layout (`LlamaForCausalLMEagle`) that SGLang loads, or vLLM's:
+    `LlamaForCausalLM` (vLLM's EAGLEConfig prefixes `Eagle` to the architecture: 0.32 refuses
+    `EagleLlamaForCausalLMEagle`) with a bias-free fc (vLLM's `EagleLlamaForCausalLM` has none)."""
     state, cfg = source["state"], source["config"]
     H = target.hidden_size
     trained_bias = bool(cfg["drafter"].get("fc_bias", True))
@@ -298,13 +310,21 @@ def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
             "engine would run fc with a zero or random bias (vllm#11126). Export refused: re-save the checkpoint."
         )
     tensors = _prefix_map(state, {"layer.": "layers.0."})
-    needs_bias = engine == "sglang" or trained_bias  # SGLang's EAGLE fc = Linear(2H, H) always has a bias
+    if engine == "vllm":
+        if trained_bias and bool(state["fc.bias"].any()):
+            raise ExportError(
+                "EAGLE-1 export to vLLM: vLLM's EAGLE-1 fc has no bias (vllm 0.32 llama_eagle.py), so this "
+                "drafter's trained fc.bias would be dropped and its acceptance fall silently. Train with "
+                "draft.fc_bias=false to serve it in vLLM, or export it with --to sglang."
+            )
+        tensors.pop("fc.bias", None)  # absent or all zeros: the same function without it
+    needs_bias = engine != "vllm"  # SGLang's EAGLE fc = Linear(2H, H) always has a bias
     if needs_bias and "fc.bias" not in tensors:
         tensors["fc.bias"] = torch.zeros(H, dtype=state["fc.weight"].dtype)  # draft.fc_bias=false: bias 0
     config = {
         **{k: v for k, v in target.config.to_dict().items() if k not in ("transformers_version", "auto_map")},
         **_layer_config(target),
-        "architectures": ["LlamaForCausalLMEagle"],
+        "architectures": ["LlamaForCausalLM" if engine == "vllm" else "LlamaForCausalLMEagle"],
         "model_type": "llama",
         "num_hidden_layers": 1,
         "bias": needs_bias,

@@ -1,0 +1,61 @@
+"""The quickstart end to end on the tiny toy target: every stage runs, the table compares the trained EAGLE-3
+with ngram losslessly, and a second run resumes every stage instead of redoing it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from draftsmith.scripts import quickstart
+
+
+@pytest.fixture
+def tiny_budget(monkeypatch):
+    budget = quickstart.Budget(prompts=12, answer_tokens=24, epochs=1.0, eval_prompts=2, eval_tokens=16)
+    monkeypatch.setitem(quickstart.BUDGETS, "short", budget)
+    return budget
+
+
+def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny_budget, capsys):
+    out = tmp_path / "qs"
+    args = ["--target", str(tiny_toy_target), "--output-dir", str(out), "--no-progress"]
+    args += ["data.max_len=64", "train.micro_batch_size=4", "data.eval_fraction=0.2"]
+    assert quickstart.main(args) == 0
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    header = lines.index("| drafter | tree | tau | alpha | speedup | lossless |")
+    rows = lines[header + 2 : header + 6]
+    assert [r.split("|")[1:3] for r in rows] == [
+        [" EAGLE-3 (trained) ", " chain "],
+        [" EAGLE-3 (trained) ", " topk:3 "],
+        [" ngram (prompt lookup) ", " chain "],
+        [" ngram (prompt lookup) ", " topk:3 "],
+    ]
+    assert all(r.split("|")[6].strip() == "True" for r in rows)  # every answer equals plain greedy decoding
+    answers = [json.loads(line) for line in (out / "data" / "answers.jsonl").read_text().splitlines()]
+    meta = json.loads((out / "data" / "answers.jsonl.meta.json").read_text())
+    assert (
+        meta["counts"]["written"] + meta["counts"]["failed"]
+        == tiny_budget.prompts
+        == len(answers) + (meta["counts"]["failed"])
+    )
+    assert meta["sampling"]["temperature"] == 0 and meta["data"]["source"] == "stdlib:train"
+    report = json.loads((out / "eagle3" / "final" / "eval.json").read_text())
+    assert report["tau"] == pytest.approx(float(rows[0].split("|")[3]), abs=5e-4) and report["lossless"]
+
+    # A second run resumes: no answer regenerated, no shard rewritten, no training step taken.
+    shards = {p: p.stat().st_mtime_ns for p in (out / "cache").glob("*.safetensors")}
+    steps = (out / "eagle3" / "metrics.jsonl").read_text()
+    assert quickstart.main(args) == 0
+    again = capsys.readouterr().out
+    assert (
+        f"0 written, 0 failed (see answers.jsonl.failed.jsonl), {tiny_budget.prompts} already done" in again
+    )
+    assert {p: p.stat().st_mtime_ns for p in (out / "cache").glob("*.safetensors")} == shards
+    assert (out / "eagle3" / "metrics.jsonl").read_text() == steps
+
+
+def test_an_unknown_target_fails_in_one_line(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a preset; expected one of smollm2-135m-instruct"):
+        quickstart.main(["--target", str(tmp_path / "nowhere"), "--output-dir", str(tmp_path / "qs")])
