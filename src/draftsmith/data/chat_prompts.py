@@ -4,8 +4,8 @@ A drafter is trained on the target's own answers (`draftsmith data regenerate`),
 prompts. These are written here from templates and subjects, in eight categories (explain, how-to, writing,
 lists, compare, math, coding, advice), so every machine has them with no dataset at hand:
 
-    prompts:train     the prompts on training subjects (about 1,900)
-    prompts:heldout   the prompts on held-out subjects, for evaluation (about 300)
+    prompts:train     the prompts on training subjects (891)
+    prompts:heldout   the prompts on held-out subjects, for evaluation (134)
 
 A subject (a concept, a task, a pair of things...) is held out by a stable hash of its text, so no held-out
 prompt shares its subject with a training prompt; they share the templates, as real traffic does. Math word
@@ -214,4 +214,7 @@ def chat_prompts(split: Split = "train") -> list[dict[str, Any]]:
     if split != "all":
         rows = [r for r in rows if _heldout(r[1]) == (split == "heldout")]
     random.Random(f"chat-prompts-{split}").shuffle(rows)
-    return [{"turns": [prompt], "category": category} for category, _, prompt in rows]
+    unique: dict[str, str] = {}  # prompt -> category; a math problem drawn twice is kept where it first came
+    for category, _, prompt in rows:
+        unique.setdefault(prompt, category)
+    return [{"turns": [prompt], "category": category} for prompt, category in unique.items()]

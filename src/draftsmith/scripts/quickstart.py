@@ -44,8 +44,10 @@ class Budget:
 
 BUDGETS = {
     "short": Budget(prompts=480, answer_tokens=192, epochs=3.0, eval_prompts=16, eval_tokens=128),
-    "long": Budget(prompts=894, answer_tokens=320, epochs=6.0, eval_prompts=40, eval_tokens=192),
+    "long": Budget(prompts=891, answer_tokens=320, epochs=6.0, eval_prompts=40, eval_tokens=192),
 }
+# A 135M model decodes 64 rows per step in 1.35x the time of 16 on one CPU core (3x the tokens per second).
+REGENERATE_BATCH = 64
 # Toy targets answer in the style of their training corpus (stdlib functions), so they get its prompts.
 TOY_DATA = {"train": "stdlib:train", "heldout": "stdlib:heldout"}
 CHAT_DATA = {"train": "prompts:train", "heldout": "prompts:heldout"}
@@ -98,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"[2/5] the target's greedy answers to {prompts} prompts ({data['train']}): {answers}")
     regen = ["--target", str(target), "--data", data["train"], "--out", str(answers), "--temperature", "0"]
     regen += ["--max-new-tokens", str(budget.answer_tokens), "--max-samples", str(prompts)]
+    regen += ["--batch-size", str(REGENERATE_BATCH)]
     code = regenerate.main(regen + (["--no-progress"] if args.no_progress else []))
     if code != 0:
         return code
