@@ -58,7 +58,11 @@ class EagleConfig:
         },
     )
     fc_bias: bool = field(
-        default=True, metadata={"help": "EAGLE-1: bias of fc (Vicuna configs true, Llama-3 false)."}
+        default=False,
+        metadata={
+            "help": "EAGLE-1: bias of fc (Llama-3 configs false; Vicuna configs true). vLLM's EAGLE-1 has no fc "
+            "bias, so a drafter trained with one exports to SGLang only."
+        },
     )
     noise: Literal["uniform", "none"] = field(
         default="uniform", metadata={"help": "EAGLE-1: noise on the input features during training."}

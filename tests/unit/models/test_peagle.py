@@ -136,7 +136,7 @@ def test_training_items_equal_one_pass_inference(llama):
         assert drafter.cache.get_seq_length() == a + 1  # real pairs only
         for d in range(depth):
             row = int(((anchors == a) & (depths == d)).nonzero())
-            torch.testing.assert_close(ours[d], logits[row], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(ours[d], logits[row], atol=5e-5, rtol=1e-4)  # fp32, other order
 
 
 def test_the_drafter_refuses_trees_and_depths_beyond_training(llama):
