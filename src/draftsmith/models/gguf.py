@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from draftsmith.runtime.errors import UserError
 from draftsmith.runtime.files import atomic_dir, sha256_file
 
 GGUF_SUFFIX = ".gguf"
@@ -80,7 +81,7 @@ PACKAGED: dict[str, PackagedModel] = {
 }
 
 
-class NotInstalled(RuntimeError):
+class NotInstalled(UserError):
     """A packaged model whose package (or the gguf reader) is not installed; the message names the command."""
 
 
