@@ -41,19 +41,26 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
         == len(answers) + (meta["counts"]["failed"])
     )
     assert meta["sampling"]["temperature"] == 0 and meta["data"]["source"] == "stdlib:train"
-    report = json.loads((out / "eagle3" / "final" / "eval.json").read_text())
+    report = json.loads((out / "eagle3-12" / "final" / "eval.json").read_text())
     assert report["tau"] == pytest.approx(float(rows[0].split("|")[3]), abs=5e-4) and report["lossless"]
 
     # A second run resumes: no answer regenerated, no shard rewritten, no training step taken.
-    shards = {p: p.stat().st_mtime_ns for p in (out / "cache").glob("*.safetensors")}
-    steps = (out / "eagle3" / "metrics.jsonl").read_text()
+    shards = {p: p.stat().st_mtime_ns for p in (out / "cache-12").glob("*.safetensors")}
+    steps = (out / "eagle3-12" / "metrics.jsonl").read_text()
     assert quickstart.main(args) == 0
     again = capsys.readouterr().out
     assert (
         f"0 written, 0 failed (see answers.jsonl.failed.jsonl), {tiny_budget.prompts} already done" in again
     )
-    assert {p: p.stat().st_mtime_ns for p in (out / "cache").glob("*.safetensors")} == shards
-    assert (out / "eagle3" / "metrics.jsonl").read_text() == steps
+    assert {p: p.stat().st_mtime_ns for p in (out / "cache-12").glob("*.safetensors")} == shards
+    assert (out / "eagle3-12" / "metrics.jsonl").read_text() == steps
+
+
+def test_bad_counts_are_refused_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        quickstart.main(["--prompts", "0", "--output-dir", str(tmp_path / "qs")])
+    assert "--prompts and --eval-prompts must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "qs").exists()
 
 
 def test_an_unknown_target_fails_in_one_line(tmp_path):

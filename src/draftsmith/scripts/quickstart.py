@@ -82,11 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     budget = BUDGETS[args.budget]
-    prompts = args.prompts or budget.prompts
-    epochs = args.epochs or budget.epochs
-    eval_prompts = args.eval_prompts or budget.eval_prompts
+    prompts = budget.prompts if args.prompts is None else args.prompts
+    epochs = budget.epochs if args.epochs is None else args.epochs
+    eval_prompts = budget.eval_prompts if args.eval_prompts is None else args.eval_prompts
+    if prompts < 1 or epochs <= 0 or eval_prompts < 1:
+        parser.error("--prompts and --eval-prompts must be >= 1 and --epochs > 0")
     out: Path = args.output_dir
     t0 = time.perf_counter()
 
@@ -109,13 +112,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from draftsmith.train.cache import build
 
     recipe = str(files("draftsmith.recipes").joinpath("eagle", "eagle3_smollm2.yaml"))
-    cache = out / "cache"
+    # A cache and a run per answer count: a later run with more --prompts extends the answers file, and must
+    # not reuse shards or a checkpoint made from the shorter one.
+    cache = out / f"cache-{prompts}"
     common = [f"target.path={target}", f"data.train=[{answers}]", f"data.cache={cache}", *args.overrides]
     print(f"[3/5] the target's features for EAGLE-3: {cache}")
     code = build.main(["eagle", "--config", recipe, *common])
     if code != 0:
         return code
-    run = out / "eagle3"
+    run = out / f"eagle3-{prompts}"
     print(f"[4/5] training EAGLE-3 ({epochs:g} epochs): {run}")
     code = eagle.main(
         ["--config", recipe, *common, f"output_dir={run}", f"train.epochs={epochs}", "--resume"]
