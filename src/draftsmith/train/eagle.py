@@ -154,7 +154,8 @@ class EagleMethod(TrainingMethod):
         weights = self._weights(draft, hidden, finals, masks, chunk)
         fn = _eagle3_chunk(draft, head, objective)
         inputs = (*hidden, windows, torch.stack(masks, -1), weights.permute(1, 2, 0))
-        sums, _, metrics = chunked_loss(fn, inputs, chunk)
+        # A chunk computes all S steps' logits: c/S columns each keep one step's worth of vocabulary rows alive.
+        sums, _, metrics = chunked_loss(fn, inputs, max(1, chunk // S))
         return sums, metrics
 
     def _weights(
