@@ -176,7 +176,7 @@ MATH_TEMPLATES = [
     "and how many were left over?",
     "A recipe needs {a} eggs for {b} people. How many eggs are needed for {c} people?",
 ]
-MATH_PROBLEMS = 320  # word problems generated per split of the seeded generator
+MATH_PROBLEMS = 320  # word problems drawn from the seeded generator, for both splits (a repeat is kept once)
 
 
 def _heldout(subject: str) -> bool:
