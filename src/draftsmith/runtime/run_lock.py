@@ -57,6 +57,9 @@ def _describe(info: dict[str, Any]) -> str:
     return text
 
 
+UNREADABLE_WAIT_S = 2.0  # how long a lock file may stay empty or partial while its writer fills it
+
+
 class RunLock:
     """`with RunLock(directory, "training"):` holds `<directory>/.draftsmith.lock` for the block (`name`: another
     lock file in `directory`, e.g. one per export beside the export's directory, which must stay clean).
@@ -89,14 +92,28 @@ class RunLock:
             f"could not lock {self.directory}: {self.path} keeps reappearing; another writer is starting"
         )
 
+    def _read_holder(self) -> dict[str, Any] | None:
+        """The lock's holder; None when the file is gone. A writer creates the file (O_EXCL) before it writes its
+        line, so an empty or partial file is read again for up to `UNREADABLE_WAIT_S` before it counts as
+        unreadable (`{}`): two runs started at once saw that window (tests/recipes/test_mid_run_faults.py)."""
+        deadline = time.monotonic() + UNREADABLE_WAIT_S
+        while True:
+            try:
+                holder = json.loads(self.path.read_text())
+                if isinstance(holder, dict):
+                    return holder
+            except FileNotFoundError:
+                return None
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() >= deadline:
+                return {}
+            time.sleep(0.05)
+
     def _take_over_if_stale(self) -> None:
-        try:
-            text = self.path.read_text()
-            holder = json.loads(text)
-        except FileNotFoundError:
+        holder = self._read_holder()
+        if holder is None:
             return  # released meanwhile: try again
-        except (OSError, ValueError):
-            holder = {}
         pid, host = holder.get("pid"), holder.get("host")
         if host == socket.gethostname() and isinstance(pid, int) and not _alive(pid):
             self.notice = f"note: took over the stale lock of {_describe(holder)}, which is no longer running"

@@ -54,3 +54,29 @@ def test_release_leaves_a_lock_that_is_not_ours(tmp_path):
     lock.path.write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))  # replaced by someone else
     lock.release()
     assert lock.path.exists()
+
+
+def test_a_lock_file_still_being_written_is_read_again_not_called_unreadable(tmp_path, monkeypatch):
+    # The winner of two simultaneous starts creates the file (O_EXCL), then writes its line: the loser must
+    # wait for the line instead of reporting an unreadable lock.
+    import threading
+
+    lock = tmp_path / LOCK_NAME
+    lock.write_text("")  # created, not yet filled
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "purpose": "training", "started": 0}
+    filler = threading.Timer(0.3, lambda: lock.write_text(json.dumps(holder) + "\n"))
+    filler.start()
+    try:
+        with pytest.raises(DirectoryBusy, match="in use by training"):
+            RunLock(tmp_path, "training").acquire()
+    finally:
+        filler.cancel()
+
+
+def test_a_lock_file_that_stays_empty_is_unreadable(tmp_path, monkeypatch):
+    import draftsmith.runtime.run_lock as run_lock
+
+    monkeypatch.setattr(run_lock, "UNREADABLE_WAIT_S", 0.2)
+    (tmp_path / LOCK_NAME).write_text("")
+    with pytest.raises(DirectoryBusy, match="unreadable lock file"):
+        RunLock(tmp_path, "training").acquire()
