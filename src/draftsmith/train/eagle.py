@@ -147,7 +147,8 @@ class EagleMethod(TrainingMethod):
         # Step s's soft label at column t is the target's distribution at position t+s+1 (zeros past the end).
         # `windows[:, t, :, s]` is that state: a strided view of one zero-padded copy of `final`, so a chunk of
         # columns carries the c+S-1 states its S steps read and the target head runs once per chunk, not once
-        # per step (on CPU the frozen head over the full vocabulary cost more than the drafter itself).
+        # per step (the frozen head over the full vocabulary is about as many multiply-adds per token as the
+        # drafter's whole step: 28M against about 25M for SmolLM2-135M with an 8,192-token draft vocabulary).
         final = F.pad(feats["final"], (0, 0, 0, S))
         windows = final[:, 1:].unfold(1, S, 1)  # [B, T, H, S]
         finals = [final[:, s + 1 : s + 1 + ids.shape[1]] for s in range(S)]
