@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "draftsmith"
 # the floors, lowest first: runtime is the ground floor (errors, files, run locks) that every stage stands on
-PACKAGES = ("runtime", "config", "models", "data", "train", "eval", "ship", "toy", "scripts")
+PACKAGES = ("runtime", "config", "models", "data", "train", "eval", "ship", "engines", "toy", "scripts")
 # package -> the draftsmith packages it may import (besides itself); DESIGN.md section 2
 ALLOWED = {
     "runtime": set(),
@@ -28,7 +28,8 @@ ALLOWED = {
     "eval": {"runtime", "config", "models", "data"},
     "toy": {"runtime", "models", "data"},
     "ship": {"runtime", "config", "models", "data", "eval"},
-    "scripts": {"runtime", "config", "models", "data", "train", "eval", "ship", "toy"},
+    "engines": {"runtime", "config", "models", "data", "eval", "ship"},
+    "scripts": {"runtime", "config", "models", "data", "train", "eval", "ship", "engines", "toy"},
 }
 MAX_LINES = 420  # "about 400 lines" a module; entry scripts and the CLI are held to the same bound
 

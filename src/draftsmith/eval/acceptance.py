@@ -13,6 +13,7 @@ deployment gate (eval/gate.py): exit status 3 when tau < X or the lossless check
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import platform
@@ -61,10 +62,13 @@ def _versions(device: torch.device) -> dict[str, Any]:
     }
 
 
-def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[str, Any]:
+def evaluate(
+    args: EvalArgs, target: Any = None, drafter: Any = None, record: list[Any] | None = None
+) -> dict[str, Any]:
     """Run the evaluation `args` describes and return the report (see eval/report.py for the metrics).
 
     `target` / `drafter` may be passed pre-loaded (tests, benchmarks); otherwise they are loaded from args.
+    `record`, when given, receives every answer's `TurnResult` (its prompt ids and decoding steps included).
     """
     from tqdm.auto import tqdm
 
@@ -112,6 +116,13 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
         drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min)
     depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
     shape = parse_tree(args.tree, depth)
+    if args.draft_sample_method != "auto":
+        if not shape.is_chain:
+            raise ValueError(
+                f"--draft-sample-method {args.draft_sample_method} applies to chains; a tree says it itself "
+                "(--tree topk:K ranks, sample:K samples)"
+            )
+        shape = dataclasses.replace(shape, sampled=args.draft_sample_method == "probabilistic")
     decoder = SpeculativeDecoder(target, drafter, shape, sampling, args.acceptance, args.kv_cache)
     max_pos = getattr(target.model.config, "max_position_embeddings", None)
     if max_pos is not None and args.max_new_tokens >= max_pos:
@@ -157,7 +168,7 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
                 if args.baseline
                 else None
             )
-            turns.append(TurnResult(item, k, len(prompt), spec, base))
+            turns.append(TurnResult(item, k, len(prompt), spec, base, prompt))
             text_ids = [t for t in spec.tokens if t not in stop_ids]
             answers.append(target.tokenizer.decode(text_ids, skip_special_tokens=True))
         running = summarize(turns)["tau"] if turns else None
@@ -170,6 +181,8 @@ def evaluate(args: EvalArgs, target: Any = None, drafter: Any = None) -> dict[st
         raise ValueError("every prompt was longer than the target's context window; lower --max-new-tokens")
 
     report = summarize(turns)
+    if record is not None:
+        record.extend(turns)
     if original is not None:
         firsts = [render_prompt(target.tokenizer, prompt_turns(c)[0], c.tools) for c in convs]
         report["adapter_drift"] = adapter_drift(

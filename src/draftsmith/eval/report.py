@@ -29,6 +29,7 @@ class TurnResult:
     prompt_tokens: int
     spec: Generation
     baseline: Generation | None = None
+    prompt: list[int] | None = None  # the prompt's token ids (engine-eval sends the same ids to the engine)
 
 
 def acceptance_by_depth(generations: Sequence[Generation]) -> list[float | None]:

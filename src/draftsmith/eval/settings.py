@@ -54,6 +54,15 @@ class EvalArgs:
         },
     )
     temperature: float = field(default=0.0, metadata={"help": "0 = greedy; > 0 = sampling."})
+    draft_sample_method: Literal["auto", "greedy", "probabilistic"] = field(
+        default="auto",
+        metadata={
+            "help": "At T > 0, how a chain's drafts are made (vLLM's option of the same name): greedy = the "
+            "drafter's top-ranked tokens, each accepted with the target's probability of it; probabilistic = "
+            "tokens sampled from the drafter's distribution q, accepted with min(1, p/q); auto = the drafter's "
+            "own (LM drafters sample, heads rank). Trees say it in --tree (topk:K or sample:K)."
+        },
+    )
     top_p: float = field(
         default=1.0, metadata={"help": "Nucleus sampling, applied to target and draft alike."}
     )

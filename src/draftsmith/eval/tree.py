@@ -30,12 +30,14 @@ class TreeShape:
 
     Attributes:
         paths: rank paths sorted by (depth, ranks); node i+1 of a proposed tree is paths[i] (0 = root).
-        sampled: children are independent draws from the drafter's distribution instead of its top ranks.
+        sampled: children are independent draws from the drafter's distribution instead of its top ranks;
+            None (a chain not told either way) leaves it to the drafter: an LM drafter samples its chain at
+            T > 0, a head drafts its top-ranked tokens (the evaluator's --draft-sample-method sets it).
         name: the spec it came from, for reports.
     """
 
     paths: tuple[tuple[int, ...], ...]
-    sampled: bool = False
+    sampled: bool | None = None
     name: str = "chain"
     dynamic_topk: int = 0  # > 0: an EAGLE-2 dynamic tree (no static paths)
     dynamic_tokens: int = 0  # its draft-token budget N
@@ -83,7 +85,7 @@ class TreeShape:
 
 
 def chain_shape(depth: int) -> TreeShape:
-    return TreeShape(tuple((0,) * d for d in range(1, depth + 1)), False, "chain")
+    return TreeShape(tuple((0,) * d for d in range(1, depth + 1)), None, "chain")
 
 
 # Bounds on user numbers: engines draft at most a few dozen tokens per step; these keep a typo (--depth 100000)

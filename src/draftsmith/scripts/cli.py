@@ -18,6 +18,10 @@
     draftsmith export CKPT --to vllm|sglang|tgi|hf --out DIR
                                                          the drafter in an engine's layout, validated
     draftsmith push CKPT --repo ORG/NAME [--dry-run DIR] upload with a model card stating what was measured
+    draftsmith engine-setup vllm                         install vLLM (CPU or GPU build) in a venv of its own
+    draftsmith engine-eval --engine vllm --target DIR --drafter CKPT|ngram --data FILE
+                                                         the engine measures the same drafter on the same
+                                                         prompts: its tau and tokens/s next to draftsmith's
     draftsmith quickstart [--budget short|long]          SmolLM2 -> its answers -> EAGLE-3 -> eval vs ngram
 
 Each subcommand has its own `--help`.
@@ -119,6 +123,18 @@ def _push(argv: Sequence[str]) -> int:
     return push_main(list(argv))
 
 
+def _engine_setup(argv: Sequence[str]) -> int:
+    from draftsmith.engines.setup import main as setup_main
+
+    return setup_main(list(argv))
+
+
+def _engine_eval(argv: Sequence[str]) -> int:
+    from draftsmith.engines.engine_eval import main as engine_eval_main
+
+    return engine_eval_main(list(argv))
+
+
 def _quickstart(argv: Sequence[str]) -> int:
     from draftsmith.scripts.quickstart import main as quickstart_main
 
@@ -140,6 +156,11 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     ),
     "export": (_export, "write a drafter in an engine's layout (vllm, sglang, tgi, hf), validated first"),
     "push": (_push, "upload a drafter with its engine exports and a model card of what was measured"),
+    "engine-setup": (_engine_setup, "install a serving engine (vllm) in a venv of its own"),
+    "engine-eval": (
+        _engine_eval,
+        "measure a drafter in vLLM and in draftsmith's evaluator, side by side (tau within 3%?)",
+    ),
     "quickstart": (
         _quickstart,
         "train EAGLE-3 for SmolLM2-135M-Instruct on its own answers, measure tau vs ngram",

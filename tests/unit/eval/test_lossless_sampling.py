@@ -4,8 +4,9 @@ Small-vocabulary random Llamas (V=5, logits sharpened so the distributions are f
 each other): the joint distribution of the first 3 generated tokens (the prefill token and the tokens of the
 first depth-2 verification) over many seeds is compared with the target's exact distribution, computed by
 enumerating every prefix, with a chi-square test: a sampled chain (Leviathan rule), a deterministic top-2
-tree (point-mass rule), a tree of 2 sampled children per depth (SpecInfer rule), and an EAGLE-3 dynamic tree
-(point-mass rule on the draft's top-ranked candidates). The verification rules' own negative control (a biased
+tree (point-mass rule), a tree of 2 sampled children per depth (SpecInfer rule), an EAGLE-3 dynamic tree
+(point-mass rule on the draft's top-ranked candidates), and EAGLE-3 chains and trees sampled from its reduced
+vocabulary (vLLM's `probabilistic` drafts: q is zero outside the draft vocabulary). The verification rules' own negative control (a biased
 rule is caught by the same statistic) is in test_verify.py.
 """
 
@@ -27,7 +28,7 @@ from draftsmith.eval.drafters.peagle import PEagleDrafter
 from draftsmith.eval.sampling import Sampling
 from draftsmith.eval.tree import parse_tree
 from draftsmith.models.eagle import EagleConfig
-from draftsmith.models.eagle3 import Eagle3Draft
+from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map
 from draftsmith.models.peagle import PEagleConfig, PEagleDraft
 from draftsmith.models.target import FrozenTarget
 
@@ -62,6 +63,17 @@ def eagle3_drafter(target_model) -> EagleDrafter:
     return EagleDrafter(draft)
 
 
+def pruned_eagle3_drafter(target_model) -> EagleDrafter:
+    """EAGLE-3 drafting 4 of the 5 tokens (token 3 is outside its vocabulary, so q(3) = 0)."""
+    torch.manual_seed(2)
+    draft = Eagle3Draft(
+        EagleConfig(version=3, feature_layers=[0, 1, 2], draft_vocab_size=4), target_model.config, 4
+    )
+    draft.set_vocab_map(*build_vocab_map(torch.tensor([9, 8, 7, 0, 6]), 4))
+    draft.attach_target(target_model.get_input_embeddings(), target_model.get_output_embeddings())
+    return EagleDrafter(draft)
+
+
 def peagle_drafter(target_model) -> PEagleDrafter:
     """Untrained; the mask id 1 is also a real token of the V=5 vocabulary, so outputs equal it often. Seed 2: its
     first draft is accepted about a quarter of the time."""
@@ -81,9 +93,19 @@ def peagle_drafter(target_model) -> PEagleDrafter:
         ("lm", "topk:2", Sampling(temperature=0.8, top_p=0.9)),
         ("lm", "sample:2", Sampling(temperature=1.0, top_k=4)),
         ("eagle3", "dynamic:2:4", Sampling(temperature=1.0)),
+        ("eagle3-pruned", "sample:1", Sampling(temperature=1.0)),
+        ("eagle3-pruned", "sample:2", Sampling(temperature=0.8, top_k=4)),
         ("peagle", "chain", Sampling(temperature=1.0)),
     ],
-    ids=["chain-T1", "topk2-T0.8-topp0.9", "sample2-T1-topk4", "eagle3-dynamic-T1", "peagle-chain-T1"],
+    ids=[
+        "chain-T1",
+        "topk2-T0.8-topp0.9",
+        "sample2-T1-topk4",
+        "eagle3-dynamic-T1",
+        "eagle3-probabilistic-chain-T1",
+        "eagle3-sample2-T0.8-topk4",
+        "peagle-chain-T1",
+    ],
 )
 def test_first_tokens_follow_the_target_distribution(drafter, tree, sampling):
     target_model = sharp_llama(seed=0, scale=8.0)
@@ -92,6 +114,7 @@ def test_first_tokens_follow_the_target_distribution(drafter, tree, sampling):
     builders: dict[str, Callable[[Any], Drafter]] = {
         "lm": lambda m: LMDrafter(sharp_llama(seed=1, scale=8.0)),
         "eagle3": eagle3_drafter,
+        "eagle3-pruned": pruned_eagle3_drafter,
         "peagle": peagle_drafter,
     }
     draft = builders[drafter](target_model)

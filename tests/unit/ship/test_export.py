@@ -571,3 +571,19 @@ def test_an_export_into_a_directory_another_writer_holds_is_refused(checkpoints,
     holder.release()
     export(checkpoints["eagle3"], "vllm", tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the lock is gone with the export
+
+
+@pytest.mark.parametrize(("kind", "method"), [("eagle3", "eagle3"), ("eagle", "eagle"), ("medusa", "medusa")])
+def test_vllm_exports_record_the_speculative_config_their_serve_command_uses(
+    checkpoints, target, tmp_path, kind, method
+):
+    ckpt = checkpoints[kind]
+    if kind == "eagle":  # vLLM's EAGLE-1 has no fc bias: a bias-free one
+        ckpt = save_drafter(tmp_path / "eagle1", _eagle1(target, fc_bias=False), target.identity())
+    out, _, built = export(ckpt, "vllm", tmp_path / kind)
+    info = json.loads((out / "draftsmith_export.json").read_text())
+    spec = info["speculative_config"]
+    assert spec["method"] == method and spec["model"] == "{dir}" and spec["num_speculative_tokens"] >= 1
+    assert any(json.dumps(spec) in cmd for cmd in info["serve"])  # one source for both
+    sglang = export(checkpoints["eagle3"], "sglang", tmp_path / "sglang")[2]
+    assert sglang.speculative is None

@@ -120,6 +120,7 @@ def refuse_dynamic(drafter: Drafter, shape: TreeShape) -> None:
 def refuse_sampled(drafter: Drafter, shape: TreeShape) -> None:
     if shape.sampled:
         raise ValueError(
-            f"--tree {shape.name}: the {drafter.name!r} drafter proposes deterministic candidates, so it has "
-            "no distribution to sample children from; use topk:K"
+            f"sampled drafts (--tree {shape.name}, --draft-sample-method probabilistic): the {drafter.name!r} "
+            "drafter proposes deterministic candidates, so it has no distribution to sample them from; use "
+            "--draft-sample-method greedy, or topk:K for a tree"
         )

@@ -103,7 +103,9 @@ class LMDrafter:
         if shape.depth == 0:
             return DraftTree(torch.tensor([context[-1]]), [-1])
         if shape.is_chain:
-            return self._chain(context, root_logits, shape.depth, sampling, generator)
+            # a chain samples its drafts at T > 0 unless told otherwise (--draft-sample-method greedy)
+            sampled = shape.sampled is not False
+            return self._chain(context, root_logits, shape.depth, sampled, sampling, generator)
         return self._tree(context, root_logits, shape, sampling, generator)
 
     def _chain(
@@ -111,12 +113,13 @@ class LMDrafter:
         context: list[int],
         logits: torch.Tensor,
         depth: int,
+        sampled: bool,
         sampling: Sampling,
         generator: torch.Generator | None,
     ) -> DraftTree:
         tokens, q = [context[-1]], []
         for d in range(depth):
-            (tok,), dist = self._children(logits, 1, True, sampling, generator)
+            (tok,), dist = self._children(logits, 1, sampled, sampling, generator)
             tokens.append(tok)
             q.append(dist)
             if d + 1 < depth:
@@ -148,7 +151,7 @@ class LMDrafter:
             for node in frontier:
                 ranks = [shape.paths[c - 1][-1] for c in kids[node]]
                 cands, q[node] = self._children(
-                    logits[node], max(ranks) + 1, shape.sampled, sampling, generator
+                    logits[node], max(ranks) + 1, bool(shape.sampled), sampling, generator
                 )
                 for child, rank in zip(kids[node], ranks, strict=True):
                     tokens[child] = cands[rank]

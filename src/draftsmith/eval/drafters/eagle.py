@@ -8,7 +8,10 @@ the drafted tokens, at position prefix + depth - 1, each node attending to the r
 ancestors (the pattern EAGLE-3's training-time test trains for).
 
 Candidates are the draft's top-ranked tokens, deterministic even at T > 0, so verification uses the
-point-mass rule (9.4b). EAGLE-3's reduced vocabulary is mapped back with `id + d2t[id]`.
+point-mass rule (9.4b), as vLLM's `draft_sample_method: greedy`. A sampled shape (a chain with
+`--draft-sample-method probabilistic`, vLLM's `probabilistic`, or `sample:K`) draws the children from the
+draft's distribution q, processed like the target's (temperature, top-k, top-p), and verification uses
+min(1, p/q). EAGLE-3's reduced vocabulary is mapped back with `id + d2t[id]` (q is zero outside it).
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from draftsmith.models.eagle import Eagle1Draft
 from draftsmith.models.eagle3 import Eagle3Draft
 
 from ..kv_cache import crop_to
-from ..sampling import Sampling
+from ..sampling import Sampling, sample
 from ..tree import DraftTree, TreeShape, tree_attention
-from .base import CachedDrafter, refuse_sampled
+from .base import CachedDrafter
 
 
 class EagleDrafter(CachedDrafter[Eagle1Draft | Eagle3Draft]):
@@ -72,14 +75,14 @@ class EagleDrafter(CachedDrafter[Eagle1Draft | Eagle3Draft]):
     def propose(
         self, context: list[int], shape: TreeShape, sampling: Sampling, generator: torch.Generator | None
     ) -> DraftTree:
-        refuse_sampled(self, shape)
         root_out = self._sync(context)
         if shape.depth == 0:
             return DraftTree(torch.tensor([context[-1]]), [-1])
         if shape.dynamic:
             tree = self._dynamic(context, root_out, shape)
         else:
-            tree = self._static(context, root_out, shape)
+            draw = sampling if shape.sampled and not sampling.greedy else None
+            tree = self._static(context, root_out, shape, draw, generator)
         crop_to(self.cache, self.real)
         return tree
 
@@ -102,8 +105,29 @@ class EagleDrafter(CachedDrafter[Eagle1Draft | Eagle3Draft]):
         fed += nodes
         return out
 
-    def _static(self, context: list[int], root_out: torch.Tensor, shape: TreeShape) -> DraftTree:
-        """A chain or a rank-path tree: children of a node are its top-ranked next tokens."""
+    def _children(
+        self, out: torch.Tensor, k: int, draw: Sampling | None, generator: torch.Generator | None
+    ) -> tuple[list[int], torch.Tensor | None]:
+        """k candidate target ids after a node with draft output `out` `[H]`: the top-ranked ones, or (`draw`)
+        k samples from q and q itself over the target vocabulary `[V]`."""
+        if draw is None:
+            return self._target_ids(self._logp(out[None])[0].topk(k).indices).tolist(), None
+        q_draft = draw.probs(self.draft.logits(out[None]).float())[0]  # [Vd] (EAGLE-1: the target's V)
+        if not isinstance(self.draft, Eagle3Draft):
+            return [sample(q_draft, generator) for _ in range(k)], q_draft
+        ids = self.draft.to_target_ids(torch.arange(q_draft.shape[0], device=q_draft.device))
+        q = q_draft.new_zeros(self.draft.vocab_size).index_copy_(0, ids, q_draft)
+        return [int(ids[sample(q_draft, generator)]) for _ in range(k)], q
+
+    def _static(
+        self,
+        context: list[int],
+        root_out: torch.Tensor,
+        shape: TreeShape,
+        draw: Sampling | None = None,
+        generator: torch.Generator | None = None,
+    ) -> DraftTree:
+        """A chain or a rank-path tree: children of a node are its top-ranked next tokens, or samples from q."""
         parents = shape.parents()
         n = len(parents)
         kids: list[list[int]] = [[] for _ in range(n)]
@@ -111,6 +135,7 @@ class EagleDrafter(CachedDrafter[Eagle1Draft | Eagle3Draft]):
             kids[parents[i]].append(i)
         depth = [0] + [len(p) for p in shape.paths]
         tokens = [context[-1]] + [0] * (n - 1)
+        q: list[torch.Tensor | None] = [None] * n
         outs = {0: root_out}
         fed: list[int] = []
         base = self.real - 1  # a node at depth d sits at position (n_context - 2) + d
@@ -118,7 +143,7 @@ class EagleDrafter(CachedDrafter[Eagle1Draft | Eagle3Draft]):
             frontier = [i for i in range(n) if depth[i] == level and kids[i]]
             for node in frontier:
                 ranks = [shape.paths[c - 1][-1] for c in kids[node]]
-                best = self._target_ids(self._logp(outs[node][None])[0].topk(max(ranks) + 1).indices).tolist()
+                best, q[node] = self._children(outs[node], max(ranks) + 1, draw, generator)
                 for child, rank in zip(kids[node], ranks, strict=True):
                     tokens[child] = best[rank]
             feed = [c for node in frontier for c in kids[node] if kids[c]]
@@ -126,7 +151,7 @@ class EagleDrafter(CachedDrafter[Eagle1Draft | Eagle3Draft]):
                 break
             out = self._expand(feed, parents, tokens, outs, fed, depth, base)
             outs.update({c: out[j] for j, c in enumerate(feed)})
-        return DraftTree(torch.tensor(tokens), parents)
+        return DraftTree(torch.tensor(tokens), parents, q)
 
     def _dynamic(self, context: list[int], root_out: torch.Tensor, shape: TreeShape) -> DraftTree:
         """EAGLE-2: expand the top-K frontier per depth (K children each), keep every child as a candidate,

@@ -192,6 +192,8 @@ class Export:
         notes: what a user of this layout must know.
         extra: writers of more files (`name -> fn(tmp_dir)`), e.g. a tokenizer or a merged target.
         layer_ids: `{"canonical": [...], engine: [...]}` when the drafter reads target layers.
+        speculative: vLLM's speculative config (`"model": "{dir}"`), the one `serve` shows and
+            `draftsmith engine-eval` starts vLLM with; None for the other engines.
     """
 
     layout: str
@@ -203,6 +205,22 @@ class Export:
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Callable[[Path], None]] = field(default_factory=dict)
     layer_ids: dict[str, list[int]] | None = None
+    speculative: dict[str, Any] | None = None
+
+
+def vllm_speculative(method: str, depth: int, model: bool = True, **extra: Any) -> dict[str, Any]:
+    """vLLM's `--speculative-config` for an export in `{dir}` (no model: the target carries the drafter)."""
+    return {
+        "method": method,
+        **({"model": "{dir}"} if model else {}),
+        "num_speculative_tokens": depth,
+        **extra,
+    }
+
+
+def vllm_serve(target: str, speculative: dict[str, Any]) -> str:
+    """The `vllm serve` command for `target` with `speculative`."""
+    return f"vllm serve {target} --speculative-config '{json.dumps(speculative)}'"
 
 
 def without_identity_vocab_map(tensors: dict[str, torch.Tensor], spec: LayoutSpec, vocab_size: int) -> None:
@@ -368,6 +386,7 @@ def write_export(export: Export, out: str | Path, source: dict[str, Any], passed
             "layer_ids": export.layer_ids,
             "validation": passed,
             "serve": export.serve,
+            "speculative_config": export.speculative,
             "notes": export.notes,
         }
         (tmp / "draftsmith_export.json").write_text(json.dumps(info, indent=2) + "\n")

@@ -22,7 +22,7 @@ from typing import Any
 
 from draftsmith.models.draft_layer import draft_layer_config, draft_layer_settings
 
-from .common import Export, LayoutSpec, TargetInfo, rope_settings, to_engine_ids
+from .common import Export, LayoutSpec, TargetInfo, rope_settings, to_engine_ids, vllm_serve, vllm_speculative
 from .eagle import layer_shapes
 
 
@@ -141,7 +141,7 @@ def dflash_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         "target_hidden_size": H,
         "aux_hidden_state_layer_ids": ids,
         "mask_token_id": mask,
-        "sliding_window_non_causal": False,
+        "sliding_window_non_causal": True,  # the block attends both ways; false makes vLLM run it causally
         "sample_from_anchor": False,
         "tie_word_embeddings": False,
         "dtype": str(state["fc.weight"].dtype).removeprefix("torch."),
@@ -161,10 +161,8 @@ def dflash_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         config=config,
         tensors=tensors,
         layer_ids={"canonical": canonical, "vllm": ids},
-        serve=[
-            f"vllm serve {target.path} --speculative-config "
-            f'\'{{"method": "dflash", "model": "{{dir}}", "num_speculative_tokens": {B - 1}}}\''
-        ],
+        serve=[vllm_serve(target.path, vllm_speculative("dflash", B - 1))],
+        speculative=vllm_speculative("dflash", B - 1),
         notes=[
             "aux_hidden_state_layer_ids are canonical ids (the stream entering layer i); vLLM maps them to "
             "z-lab's target_layer_ids as id - 1 (vllm#40727). Pin the vLLM version and check acceptance once.",

@@ -17,7 +17,7 @@ import torch
 
 from draftsmith.models.identity import tokenizer_fingerprint
 
-from .common import Export, ExportError, LayoutSpec, TargetInfo
+from .common import Export, ExportError, LayoutSpec, TargetInfo, vllm_serve, vllm_speculative
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -62,10 +62,7 @@ def draft_lm_hf(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
                 shutil.copy2(src / name, tmp / name)
 
     serve = (
-        [
-            "vllm serve " + target.path + " --speculative-config "
-            '\'{"method": "draft_model", "model": "{dir}", "num_speculative_tokens": 4}\''
-        ]
+        [vllm_serve(target.path, vllm_speculative("draft_model", 4))]
         if engine == "vllm"
         else [
             "python -m sglang.launch_server --model-path "
@@ -81,6 +78,7 @@ def draft_lm_hf(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
         config=config,
         tensors=source["state"],
         serve=serve,
+        speculative=vllm_speculative("draft_model", 4) if engine == "vllm" else None,
         extra={"tokenizer": copy_tokenizer},
     )
     spec = LayoutSpec(

@@ -43,6 +43,8 @@ from .common import (
     TargetInfo,
     rope_settings,
     to_engine_ids,
+    vllm_serve,
+    vllm_speculative,
     without_identity_vocab_map,
 )
 
@@ -244,17 +246,15 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
             },
         },
     }
+    speculative = vllm_speculative("eagle3", 3)
     export = Export(
         layout="eagle3-vllm-speculators",
         engine=engine,
         config=config,
         tensors=tensors,
         layer_ids={"canonical": canonical, "vllm": ids},
-        serve=[
-            "vllm serve {dir}",
-            f"vllm serve {target.path} --speculative-config "
-            '\'{"method": "eagle3", "model": "{dir}", "num_speculative_tokens": 3}\'',
-        ],
+        serve=["vllm serve {dir}", vllm_serve(target.path, speculative)],
+        speculative=speculative,
         notes=[
             'For T > 0 add "rejection_sample_method": "standard", "draft_sample_method": "probabilistic" to '
             "the speculative config (vLLM 0.32 takes greedy | probabilistic), or vLLM drafts greedily and "
@@ -262,8 +262,8 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         ]
         + (
             [
-                "The draft layer is speculators' qwen3 layer (transformer_layer_config.model_type qwen3): it needs a "
-                "vLLM whose speculators loader builds Qwen3 EAGLE-3 layers (vllm#43132); SGLang does not serve it."
+                "The draft layer is speculators' qwen3 layer (transformer_layer_config.model_type qwen3): vLLM 0.32 "
+                "builds it (speculators' algos.py maps qwen3 layers); SGLang does not serve it."
             ]
             if kind == "qwen3"
             else []
@@ -338,10 +338,7 @@ def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
             "--speculative-num-draft-tokens 6"
         ]
         if engine != "vllm"
-        else [
-            f"vllm serve {target.path} --speculative-config "
-            '\'{"method": "eagle", "model": "{dir}", "num_speculative_tokens": 5}\''
-        ]
+        else [vllm_serve(target.path, vllm_speculative("eagle", 5))]
     )
     export = Export(
         layout=f"eagle1-{engine}",
@@ -349,6 +346,7 @@ def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
         config=config,
         tensors=tensors,
         serve=serve,
+        speculative=vllm_speculative("eagle", 5) if engine == "vllm" else None,
         layer_ids={"canonical": [target.num_layers], engine: [target.num_layers]},
         notes=["EAGLE-1 reads the target's post-norm last hidden state and its LM head."],
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .common import Export, ExportError, LayoutSpec, TargetInfo
+from .common import Export, ExportError, LayoutSpec, TargetInfo, vllm_serve, vllm_speculative
 
 _HEAD = re.compile(r"heads\.(\d+)\.(\d+)\.(.+)")
 
@@ -73,10 +73,8 @@ def medusa_vllm(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
             "medusa_fc_bias": True,
             "truncated_vocab_size": V,
         },
-        serve=[
-            f"vllm serve {{target}} --speculative-config "
-            f'\'{{"method": "medusa", "model": "{{dir}}", "num_speculative_tokens": {K}}}\''
-        ],
+        serve=[vllm_serve(target.path, vllm_speculative("medusa", K))],
+        speculative=vllm_speculative("medusa", K),
         notes=["vLLM proposes a top-1 chain from Medusa heads (no tree)."],
     )
     spec = LayoutSpec(

@@ -26,7 +26,7 @@ import torch
 from draftsmith.models.mtp import nextn_tensors
 from draftsmith.models.serving import NATIVE_MTP, unserved_reason
 
-from .common import Export, ExportError, LayoutSpec, TargetInfo
+from .common import Export, ExportError, LayoutSpec, TargetInfo, vllm_serve, vllm_speculative
 
 
 def on_disk(target: TargetInfo, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -87,9 +87,9 @@ def _nextn(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
         serve=[
             "python -m sglang.launch_server --model-path {stitched} --speculative-algorithm NEXTN "
             f"--speculative-num-steps {D} --speculative-eagle-topk 1 --speculative-num-draft-tokens {D + 1}",
-            "vllm serve {stitched} --speculative-config "
-            f'\'{{"method": "deepseek_mtp", "num_speculative_tokens": {D}}}\'',
+            vllm_serve("{stitched}", vllm_speculative("deepseek_mtp", D, model=False)),
         ],
+        speculative=vllm_speculative("deepseek_mtp", D, model=False) if engine == "vllm" else None,
         notes=[
             "The weights are the MTP layers only; {stitched} is the target checkpoint with them added as "
             f"model.layers.{L}..{L + D - 1} and num_nextn_predict_layers set."
@@ -160,7 +160,7 @@ def _qwen_mtp(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[
         tensors=tensors,
         layer_ids={"canonical": [target.num_layers]},
         serve=[
-            'vllm serve {stitched} --speculative-config \'{"method": "mtp", "num_speculative_tokens": 3}\'',
+            vllm_serve("{stitched}", vllm_speculative("mtp", 3, model=False)),
             "python -m sglang.launch_server --model-path {stitched} --speculative-algorithm NEXTN "
             "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
         ],
@@ -168,6 +168,7 @@ def _qwen_mtp(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[
             "The weights are the mtp.* tensors only; {stitched} is the target checkpoint with them added and "
             "mtp_num_hidden_layers: 1. The embedding and LM head are the target's."
         ],
+        speculative=vllm_speculative("mtp", 3, model=False) if engine == "vllm" else None,
     )
     shapes = native_layer_shapes(target, "mtp.layers.0.")
     shapes.update(

@@ -12,9 +12,10 @@ EAGLE-3's speculators layout (docs/ENGINES.md 6.2) with N layers, the mask hidde
 
 vLLM reads `mask_token_id` (its parallel-drafting token) and embeds it with the draft's own `embed_tokens`,
 and runs `fc(mask_hidden)` at every mask slot; every other row is copied from the loaded target, so real
-tokens embed as with the target's table. Layer ids in vLLM's convention (canonical; docs/ENGINES.md 6.3). vLLM drafts in parallel
-only when the speculative config says `"parallel_drafting": true` (it is off by default), so the serve
-command sets it; `vllm serve DIR` alone would draft autoregressively with a model trained for parallel drafting.
+tokens embed as with the target's table. Layer ids in vLLM's convention (canonical; docs/ENGINES.md 6.3). vLLM 0.32 turns
+parallel drafting on by itself only when the export directory is served as the model (`vllm serve DIR`); with an
+explicit speculative config beside a target it must say `"parallel_drafting": true`, so the serve command and
+`speculative_config` set it.
 SGLang does not serve P-EAGLE (refused in the family record).
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .common import Export, ExportError, LayoutSpec, TargetInfo
+from .common import Export, ExportError, LayoutSpec, TargetInfo, vllm_serve, vllm_speculative
 from .eagle import draft_layer_kind, eagle3_speculators, layer_shapes
 
 
@@ -60,19 +61,15 @@ def peagle_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
     config["transformer_layer_config"]["num_hidden_layers"] = N
     config["speculators_config"]["algorithm"] = "peagle"
     config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = D
-    speculative = {
-        "method": "eagle3",
-        "model": "{dir}",
-        "num_speculative_tokens": D,
-        "parallel_drafting": True,
-    }
+    speculative = vllm_speculative("eagle3", D, parallel_drafting=True)
     export = Export(
         layout="peagle-vllm-speculators",
         engine=engine,
         config=config,
         tensors=tensors,
         layer_ids=base.layer_ids,
-        serve=[f"vllm serve {target.path} --speculative-config '{json.dumps(speculative)}'"],
+        serve=[vllm_serve(target.path, speculative)],
+        speculative=speculative,
         notes=[
             "parallel_drafting must be true in the speculative config (vLLM leaves it off): without it vLLM "
             f"drafts autoregressively. num_speculative_tokens may be lowered, not raised above {D} (the depths "

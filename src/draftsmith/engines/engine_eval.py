@@ -1,0 +1,368 @@
+"""`draftsmith engine-eval`: the engine users serve with measures the same drafter on the same prompts.
+
+    draftsmith engine-eval --engine vllm --target DIR --drafter CKPT|ngram --data FILE
+        [--num-prompts N] [--max-new-tokens M] [--depth K] [--temperature X]
+        [--draft-sample-method greedy|probabilistic] [--report R] [--max-rel-diff 0.03]
+
+draftsmith's evaluator decodes the prompts first (a chain, batch size 1, float32); the exact prompt token ids
+it rendered then go to vLLM, which serves the target twice in the engine's venv (`draftsmith engine-setup
+vllm`): plainly, and with the drafter exported to vLLM's layout (`draftsmith export --to vllm`). The table
+puts vLLM's mean acceptance length, its acceptance per position and its tokens/s next to the evaluator's
+figures for the same drafter, with the relative difference of tau; at T = 0 it also checks that vLLM's
+speculative answers equal its plain answers token for token. The exit status is 3 when |tau difference| is
+above --max-rel-diff or a lossless check failed.
+
+A drafter family vLLM does not serve (for this target) is refused before anything runs, naming why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from draftsmith.runtime.errors import UserError
+from draftsmith.runtime.files import read_json
+
+from .setup import ENGINES, require_env
+from .vllm_engine import VllmRun, run_worker, speculative_config
+
+FAIL = 3
+MAX_MODEL_LEN_MARGIN = 16  # vLLM's context: the longest prompt + max new tokens + the draft depth, and some
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="draftsmith engine-eval",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--engine", choices=ENGINES, default="vllm", help="the serving engine (default vllm)")
+    p.add_argument("--target", required=True, help="the target model directory (or .gguf file)")
+    p.add_argument("--drafter", required=True, help="a draftsmith checkpoint (a run's final/) or ngram")
+    p.add_argument("--data", required=True, help="prompts, in any format `draftsmith eval` reads")
+    p.add_argument("--num-prompts", type=int, default=20, help="items to decode (default 20; 0 = all)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per answer (default 128)")
+    p.add_argument("--depth", type=int, default=None, help="draft tokens per step (default: the evaluator's)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument(
+        "--draft-sample-method",
+        choices=("greedy", "probabilistic"),
+        default="greedy",
+        help="at T > 0, as vLLM's option: greedy = argmax drafts accepted with the target's probability; "
+        "probabilistic = drafts sampled from the drafter, accepted with min(1, p/q)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ngram-min", type=int, default=1, help="ngram drafter: shortest n-gram matched")
+    p.add_argument("--ngram-max", type=int, default=3, help="ngram drafter: longest n-gram matched")
+    p.add_argument("--venv", default=None, help="the engine's venv (default: where engine-setup puts it)")
+    p.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile (faster start)")
+    p.add_argument(
+        "--max-rel-diff",
+        type=float,
+        default=0.03,
+        help="fail (exit 3) when |tau_vllm - tau_draftsmith| / tau_draftsmith is above this (default 0.03)",
+    )
+    p.add_argument("--work-dir", default=None, help="keep the export and vLLM's logs here (default: temp)")
+    p.add_argument("--report", default=None, help="write the JSON report here")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    return p
+
+
+def served_kind(drafter: str, target: Any) -> str:
+    """The drafter's kind when vLLM serves it beside `target`; otherwise one line saying why not."""
+    from draftsmith.models.families import family
+    from draftsmith.models.serving import serving_engines
+
+    if drafter == "ngram":
+        return "ngram"
+    config_file = Path(drafter).expanduser() / "config.json"
+    meta_file = Path(drafter).expanduser() / "draftsmith.json"
+    if meta_file.is_file():
+        return "draft_lm"
+    if not config_file.is_file() or "kind" not in read_json(config_file):
+        raise UserError(
+            f"--drafter {drafter!r}: pass ngram or a draftsmith checkpoint (a training run's final/)"
+        )
+    config = read_json(config_file)
+    kind = config["kind"]
+    record = family(kind)
+    if not record.serves("vllm"):
+        raise UserError(
+            f"vLLM does not serve {kind} drafters: {record.why_not.get('vllm', 'no vLLM layout')}"
+        )
+    layer = str(config.get("drafter", {}).get("layer", "llama"))
+    if "vllm" not in serving_engines(kind, target.model.config, layer):
+        raise UserError(f"vLLM does not serve this {kind} drafter: {record.serving_note}")
+    if (
+        record.served_target is not None
+        and record.resolve("served_target")(target, Path(drafter)) is not None
+    ):
+        raise UserError(
+            f"this {kind} drafter changes the target (an adapter merged into it); engine-eval serves the "
+            "target as it is: evaluate it with `draftsmith eval`"
+        )
+    return kind
+
+
+def comparable(turns: Sequence[Any]) -> dict[str, Any]:
+    """The evaluator's steps in vLLM's terms: steps that carried drafts, accepted draft tokens, and the
+    unconditional acceptance by position."""
+    steps = [s for t in turns for s in t.spec.steps]
+    drafted = [s for s in steps if s.draft_tokens > 0]
+    depth = max((s.depth for s in drafted), default=0)
+    n = len(drafted)
+    return {
+        "num_steps": len(steps),
+        "num_drafts": n,
+        "num_draft_tokens": sum(s.draft_tokens for s in drafted),
+        "num_accepted_tokens": sum(s.accepted for s in drafted),
+        "mean_acceptance_length": 1 + sum(s.accepted for s in drafted) / n if n else None,
+        "acceptance_by_position": [sum(s.accepted >= d for s in drafted) / n for d in range(1, depth + 1)]
+        if n
+        else [],
+    }
+
+
+def job(
+    args: argparse.Namespace,
+    prompts: list[list[int]],
+    stop_ids: list[int],
+    spec: Any,
+    max_positions: int | None,
+) -> dict[str, Any]:
+    longest = max(len(p) for p in prompts)
+    depth = (spec or {}).get("num_speculative_tokens", 0)
+    length = longest + args.max_new_tokens + depth + MAX_MODEL_LEN_MARGIN
+    return {
+        "model": str(Path(args.target).expanduser().resolve()),
+        "dtype": "float32",  # bfloat16 on the CPU is not batch-invariant: outputs would not be comparable
+        "max_model_len": min(length, max_positions) if max_positions else length,
+        "seed": args.seed,
+        "enforce_eager": args.enforce_eager,
+        "speculative_config": spec,
+        "prompts": prompts,
+        "max_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "stop_token_ids": stop_ids,
+        "seeds": [args.seed * 1_000_003 + i for i in range(len(prompts))],
+    }
+
+
+def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from draftsmith.eval.acceptance import evaluate as draftsmith_evaluate
+    from draftsmith.eval.settings import EvalArgs
+    from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+    from draftsmith.ship.export import export
+
+    if args.temperature < 0 or args.num_prompts < 0 or args.max_new_tokens < 1:
+        raise UserError("--temperature and --num-prompts must be >= 0 and --max-new-tokens >= 1")
+    engine = require_env(args.engine, args.venv)  # before any decoding: a missing engine is one line
+    target = FrozenTarget.load(TargetConfig(path=args.target, dtype="float32"))
+    kind = served_kind(args.drafter, target)
+    export_dir, info = None, None
+    if kind != "ngram":
+        export_dir = work / "export-vllm"
+        _, _, built = export(args.drafter, "vllm", export_dir, args.target)
+        info = read_json(export_dir / "draftsmith_export.json")
+    turns: list[Any] = []
+    ours = draftsmith_evaluate(
+        EvalArgs(
+            target=args.target,
+            drafter=args.drafter,
+            data=args.data,
+            num_prompts=args.num_prompts,
+            max_new_tokens=args.max_new_tokens,
+            depth=args.depth,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
+            draft_sample_method=args.draft_sample_method,
+            check_lossless=args.temperature == 0,
+            dtype="float32",
+            ngram_min=args.ngram_min,
+            ngram_max=args.ngram_max,
+            progress=args.progress,
+        ),
+        target=target,
+        record=turns,
+    )
+    depth = int(ours["settings"]["depth"])
+    ngram = (args.ngram_min, args.ngram_max) if kind == "ngram" else None
+    spec = speculative_config(info, export_dir, depth, args.draft_sample_method, ngram)
+    prompts = [t.prompt for t in turns]
+    stops = sorted(stop_token_ids(target))
+    max_positions = getattr(target.model.config, "max_position_embeddings", None)
+    say = print if args.progress else (lambda *a, **k: None)
+    say(f"vLLM: plain decoding of {len(prompts)} answers (log: {work / 'vllm-plain.log'})", flush=True)
+    plain = run_worker(engine, job(args, prompts, stops, None, max_positions), work / "vllm-plain.log")
+    say(f"vLLM: speculative decoding, {json.dumps(spec)}", flush=True)
+    spec_run = run_worker(
+        engine, job(args, prompts, stops, spec, max_positions), work / "vllm-speculative.log"
+    )
+    return build_report(args, kind, ours, turns, plain, spec_run, spec, engine.spec.package)
+
+
+def build_report(
+    args: argparse.Namespace,
+    kind: str,
+    ours: dict[str, Any],
+    turns: list[Any],
+    plain: VllmRun,
+    spec_run: VllmRun,
+    spec: dict[str, Any],
+    package: str,
+) -> dict[str, Any]:
+    mine = comparable(turns)
+    tau_vllm, tau_ours = spec_run.mean_acceptance_length, ours["tau"]
+    rel = (tau_vllm - tau_ours) / tau_ours if tau_vllm is not None and tau_ours else None
+    greedy = args.temperature == 0
+    same_as_plain = [
+        a["token_ids"] == b["token_ids"] for a, b in zip(spec_run.outputs, plain.outputs, strict=True)
+    ]
+    same_as_ours = [o["token_ids"] == t.spec.tokens for o, t in zip(spec_run.outputs, turns, strict=True)]
+    speedup = (
+        spec_run.tokens_per_s / plain.tokens_per_s if spec_run.tokens_per_s and plain.tokens_per_s else None
+    )
+    return {
+        "drafter": args.drafter,
+        "kind": kind,
+        "engine": {"package": package, "version": spec_run.version, "speculative_config": spec},
+        "settings": {
+            k: getattr(args, k)
+            for k in ("target", "data", "num_prompts", "max_new_tokens", "temperature", "top_p", "top_k")
+        }
+        | {
+            "depth": ours["settings"]["depth"],
+            "draft_sample_method": args.draft_sample_method,
+            "batch_size": 1,
+        },
+        "vllm": {
+            "mean_acceptance_length": tau_vllm,
+            "acceptance_by_position": spec_run.acceptance_by_position,
+            "counters": spec_run.counters,
+            "tokens_per_s": spec_run.tokens_per_s,
+            "plain_tokens_per_s": plain.tokens_per_s,
+            "speedup": speedup,
+            "new_tokens": spec_run.tokens,
+            "load_s": {"plain": plain.load_s, "speculative": spec_run.load_s},
+            "speculative_equals_plain": sum(same_as_plain) if greedy else None,
+        },
+        "draftsmith": {
+            "tau": tau_ours,
+            "tau_stderr": ours["tau_stderr"],
+            "vllm_definition": mine,
+            "tokens_per_s": ours["tokens_per_s"],
+            "plain_tokens_per_s": ours["baseline_tokens_per_s"],
+            "speedup": ours["speedup"],
+            "new_tokens": ours["new_tokens"],
+            "lossless": ours["lossless"],
+        },
+        "answers": len(turns),
+        "answers_equal_across_engines": sum(same_as_ours) if greedy else None,
+        "tau_relative_difference": rel,
+        "tau_agrees": rel is not None and abs(rel) <= args.max_rel_diff,
+        "lossless": (all(same_as_plain) and ours["lossless"] is not False) if greedy else None,
+    }
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    if isinstance(x, list):
+        return " / ".join(_fmt(v, 2) for v in x) or "-"
+    return str(x)
+
+
+def markdown(r: dict[str, Any]) -> str:
+    v, d, n = r["vllm"], r["draftsmith"], r["answers"]
+    rel = r["tau_relative_difference"]
+    rows = [
+        ("tau (vLLM: mean acceptance length)", v["mean_acceptance_length"], d["tau"]),
+        (
+            "the same in vLLM's terms (steps with drafts only)",
+            v["mean_acceptance_length"],
+            d["vllm_definition"]["mean_acceptance_length"],
+        ),
+        (
+            "acceptance by position (unconditional)",
+            v["acceptance_by_position"],
+            d["vllm_definition"]["acceptance_by_position"],
+        ),
+        (
+            "steps with drafts / draft tokens / accepted",
+            f"{v['counters']['num_drafts']} / {v['counters']['num_draft_tokens']} / {v['counters']['num_accepted_tokens']}",
+            f"{d['vllm_definition']['num_drafts']} / {d['vllm_definition']['num_draft_tokens']} / "
+            f"{d['vllm_definition']['num_accepted_tokens']}",
+        ),
+        (
+            "tokens/s with the drafter / plain",
+            f"{_fmt(v['tokens_per_s'], 1)} / {_fmt(v['plain_tokens_per_s'], 1)}",
+            f"{_fmt(d['tokens_per_s'], 1)} / {_fmt(d['plain_tokens_per_s'], 1)}",
+        ),
+        ("speedup", v["speedup"], d["speedup"]),
+    ]
+    if v["speculative_equals_plain"] is not None:
+        rows.append(
+            (
+                "answers equal to plain greedy decoding",
+                f"{v['speculative_equals_plain']}/{n}",
+                "all" if d["lossless"] else "NOT all",
+            )
+        )
+    head = (
+        f"{r['kind']} drafter, {r['engine']['package']} {r['engine']['version']} vs draftsmith's evaluator: "
+        f"{n} answers, depth {r['settings']['depth']}, T={r['settings']['temperature']}"
+        + (f" ({r['settings']['draft_sample_method']} drafts)" if r["settings"]["temperature"] > 0 else "")
+        + ", chain, batch 1"
+    )
+    lines = [head, "", "| | vLLM | draftsmith |", "|---|---|---|"]
+    lines += [f"| {name} | {_fmt(a)} | {_fmt(b)} |" for name, a, b in rows]
+    verdict = "agree" if r["tau_agrees"] else "DISAGREE"
+    lines.append("")
+    lines.append(
+        f"tau relative difference: {_fmt(rel * 100 if rel is not None else None, 2)} % ({verdict}; "
+        f"limit {r['settings'].get('max_rel_diff', 0.03) * 100:.1f} %)"
+    )
+    if r["answers_equal_across_engines"] is not None:
+        lines.append(
+            f"answers identical in both engines: {r['answers_equal_across_engines']}/{n} "
+            "(float32 in both; a near-tie may round differently in vLLM's kernels)"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if args.work_dir:
+        work = Path(args.work_dir).expanduser()
+        work.mkdir(parents=True, exist_ok=True)
+        report = evaluate(args, work)
+    else:
+        with tempfile.TemporaryDirectory(prefix="draftsmith-engine-eval-") as tmp:
+            report = evaluate(args, Path(tmp))
+    report["settings"]["max_rel_diff"] = args.max_rel_diff
+    print(markdown(report))
+    if args.report:
+        from draftsmith.eval.acceptance import write_json
+
+        write_json(report, Path(args.report))
+        print(f"report: {args.report}")
+    if not report["tau_agrees"] or report["lossless"] is False:
+        print(
+            "engine-eval failed: " + ("tau differs" if not report["tau_agrees"] else "not lossless"),
+            file=sys.stderr,
+        )
+        return FAIL
+    return 0

