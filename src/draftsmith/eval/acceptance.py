@@ -113,7 +113,7 @@ def evaluate(
     if served is not None:  # e.g. Medusa-2: the adapted target is what gets served, so it is what is measured
         original, target = target, served
     if drafter is None:
-        drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min)
+        drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min, args.ngram_match)
     depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
     shape = parse_tree(args.tree, depth)
     if args.draft_sample_method != "auto":

@@ -89,6 +89,13 @@ class EvalArgs:
     )
     ngram_max: int = field(default=3, metadata={"help": "Longest n-gram the ngram drafter matches."})
     ngram_min: int = field(default=1, metadata={"help": "Shortest n-gram the ngram drafter matches."})
+    ngram_match: Literal["latest", "earliest"] = field(
+        default="latest",
+        metadata={
+            "help": "Which earlier occurrence of the longest matching n-gram the ngram drafter continues: the "
+            "latest, or the earliest (vLLM's n-gram proposer; engine-eval uses it)."
+        },
+    )
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
     # What to do with the report.
     report: str | None = field(default=None, metadata={"help": "Write the JSON report here."})

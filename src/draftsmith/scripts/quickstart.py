@@ -175,19 +175,26 @@ def compare_drafters(
     target_dir: Path, drafter_dir: Path, data: str, num_prompts: int, max_new_tokens: int, progress: bool
 ) -> str:
     """Evaluate the trained drafter and the ngram baseline on the same prompts, chain and tree; save the
-    drafter's chain report in its checkpoint (final/eval.json) and return the table."""
+    drafter's chain report in its checkpoint (final/eval.json) and return the table.
+
+    Plain decoding runs once, beside the first row: every row's speedup is against it and every row's answers
+    are checked against its greedy answers (the same prompts, the same target), instead of decoding plainly
+    four times."""
     from draftsmith.eval.acceptance import EvalArgs, evaluate, write_json
     from draftsmith.eval.drafters import load_drafter_spec
+    from draftsmith.eval.report import TurnResult
     from draftsmith.models.target import FrozenTarget, TargetConfig
 
     target = FrozenTarget.load(TargetConfig(path=str(target_dir)))
     rows: list[tuple[str, str, dict[str, Any]]] = []
+    plain: list[TurnResult] = []
     for drafter, tree in [
         (str(drafter_dir), "chain"),
         (str(drafter_dir), "topk:3"),
         ("ngram", "chain"),
         ("ngram", "topk:3"),
     ]:
+        first = not plain
         eval_args = EvalArgs(
             target=str(target_dir),
             drafter=drafter,
@@ -196,12 +203,23 @@ def compare_drafters(
             max_new_tokens=max_new_tokens,
             depth=5,
             tree=tree,
-            check_lossless=True,
+            baseline=first,
+            check_lossless=first,
             progress=progress,
         )
-        report = evaluate(eval_args, target, load_drafter_spec(drafter, target))
-        if drafter != "ngram" and tree == "chain":
+        turns: list[TurnResult] = []
+        report = evaluate(eval_args, target, load_drafter_spec(drafter, target), record=turns)
+        if first:
+            plain = turns
             write_json(report, drafter_dir / "eval.json")
+        else:
+            base_tps = rows[0][2]["baseline_tokens_per_s"]
+            report["speedup"] = (
+                report["tokens_per_s"] / base_tps if base_tps and report["tokens_per_s"] else None
+            )
+            report["lossless"] = len(turns) == len(plain) and all(
+                t.spec.tokens == b.baseline.tokens for t, b in zip(turns, plain, strict=True) if b.baseline
+            )
         rows.append(("EAGLE-3 (trained)" if drafter != "ngram" else "ngram (prompt lookup)", tree, report))
     lines = ["| drafter | tree | tau | alpha | speedup | lossless |", "|---|---|---|---|---|---|"]
     lines += [

@@ -228,6 +228,7 @@ def test_the_report_compares_tau_and_checks_losslessness():
     spec = {"method": "eagle3"}
     report = build_report(_args(), "eagle3", ours, turns, plain, _run(counters, outputs), spec, "vllm-cpu")
     assert report["tau_relative_difference"] == pytest.approx(0.0) and report["tau_agrees"]
+    assert report["same_definition_relative_difference"] == pytest.approx(0.0)
     assert report["vllm"]["speculative_equals_plain"] == 1 and report["lossless"] is False
     assert report["answers_equal_across_engines"] == 1
     assert report["vllm"]["speedup"] == pytest.approx(2.5 / 1.25)

@@ -25,3 +25,14 @@ def test_topk_tree_is_a_trie_of_continuations():
     assert tree.tokens.tolist() == [4, 5, 7, 6] and tree.parents == [-1, 0, 1, 1]
     with pytest.raises(ValueError, match="deterministic"):
         d.propose(ctx, parse_tree("sample:2", 2), Sampling(temperature=1.0), None)
+
+
+def test_earliest_match_is_vllms_rule_after_the_longest_ngram():
+    d = NgramDrafter(max_ngram=2, min_ngram=1, match="earliest")
+    ctx = [1, 2, 3, 4, 9, 1, 2, 5, 6, 7, 1, 2]
+    assert d.continuations(ctx, 3, 1) == [[3, 4, 9]]  # (1, 2) at 0 and 5: the earliest, at 0
+    longest = [1, 2, 8, 5, 1, 2, 9, 5, 1, 2]  # (5, 1, 2) occurs once before the tail, (1, 2) three times
+    for match in ("latest", "earliest"):
+        assert NgramDrafter(3, 1, match).continuations(longest, 3, 1) == [[9, 5, 1]]
+    with pytest.raises(ValueError, match="'latest' or 'earliest'"):
+        NgramDrafter(3, 1, "first")

@@ -36,14 +36,16 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def load_drafter_spec(spec: str, target: FrozenTarget, ngram_max: int = 3, ngram_min: int = 1) -> Drafter:
+def load_drafter_spec(
+    spec: str, target: FrozenTarget, ngram_max: int = 3, ngram_min: int = 1, ngram_match: str = "latest"
+) -> Drafter:
     """The drafter named by `spec` (see the module docstring), paired with `target` and on its device.
 
     Raises:
         FileNotFoundError / ValueError: with what was wrong and what to pass instead.
     """
     if spec == "ngram":
-        return NgramDrafter(ngram_max, ngram_min)
+        return NgramDrafter(ngram_max, ngram_min, ngram_match)
     if spec == "self":
         return LMDrafter(target.model, name="self")
     path = Path(spec).expanduser()
