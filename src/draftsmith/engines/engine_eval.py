@@ -179,8 +179,9 @@ def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     engine = require_env(args.engine, args.venv)  # before any decoding: a missing engine is one line
     target = FrozenTarget.load(TargetConfig(path=args.target, dtype="float32"))
     kind = served_kind(args.drafter, target)
+    prompt_lookup = args.drafter == "ngram"  # the engine's own proposer: nothing to export
     export_dir, info = None, None
-    if kind != "ngram":
+    if not prompt_lookup:
         export_dir = work / "export-vllm"
         export(args.drafter, "vllm", export_dir, args.target)
         info = read_json(export_dir / "draftsmith_export.json")
@@ -209,7 +210,7 @@ def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         record=turns,
     )
     depth = int(ours["settings"]["depth"])
-    ngram = (args.ngram_min, args.ngram_max) if kind == "ngram" else None
+    ngram = (args.ngram_min, args.ngram_max) if prompt_lookup else None
     spec = speculative_config(info, export_dir, depth, args.draft_sample_method, ngram)
     prompts = [t.prompt for t in turns]
     stops = sorted(stop_token_ids(target))
