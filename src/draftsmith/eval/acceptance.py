@@ -116,7 +116,7 @@ def evaluate(
         drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min, args.ngram_match)
     depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
     shape = parse_tree(args.tree, depth)
-    if args.draft_sample_method != "auto":
+    if args.draft_sample_method != "auto" and not sampling.greedy:  # at T = 0 every draft is the argmax
         if not shape.is_chain:
             raise ValueError(
                 f"--draft-sample-method {args.draft_sample_method} applies to chains; a tree says it itself "

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -213,3 +214,18 @@ def test_the_evaluator_reads_a_config_file_overrides_and_flags_through_one_stric
             parse(argv)
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and "draftsmith eval: error: " in err and message in err, err
+
+
+def test_draft_sample_method_sets_the_protocol_of_a_chain(tiny_toy_target):
+    """The target drafting for itself at T=1: sampled drafts (q = p) are always accepted, min(1, p/q) = 1, so
+    every draft token is accepted; greedy drafts are accepted with p(argmax) < 1, so some are not."""
+    from draftsmith.eval.acceptance import EvalArgs, evaluate
+
+    common: dict[str, Any] = dict(target=str(tiny_toy_target), drafter="self", data="stdlib:heldout")
+    common |= dict(num_prompts=1, max_new_tokens=16, depth=3, temperature=1.0, baseline=False, progress=False)
+    sampled = evaluate(EvalArgs(**common, draft_sample_method="probabilistic"))
+    greedy = evaluate(EvalArgs(**common, draft_sample_method="greedy"))
+    assert sampled["alpha"] == pytest.approx(1.0) and greedy["alpha"] < 0.95
+    assert sampled["settings"]["draft_sample_method"] == "probabilistic"
+    with pytest.raises(ValueError, match="applies to chains"):
+        evaluate(EvalArgs(**common | {"tree": "topk:2"}, draft_sample_method="greedy"))
