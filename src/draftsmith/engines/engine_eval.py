@@ -13,8 +13,9 @@ speculative answers equal its plain answers token for token. vLLM's mean accepta
 steps that carried drafts; the evaluator's tau counts every verification step, so the check compares vLLM's
 figure with the evaluator's steps counted the same way (equal to tau unless a step drafts nothing, which the
 n-gram proposer does); both differences are printed. The ngram drafter follows vLLM's matching rule here (the
-earliest occurrence of the longest match). The exit status is 3 when the difference is above --max-rel-diff or
-a lossless check failed.
+earliest occurrence of the longest match). The exit status is 3 when the difference is above --max-rel-diff
+(at T > 0, where the engines sample different answers, above 3 standard errors of the difference if that is
+more) or a lossless check failed.
 
 A drafter family vLLM does not serve (for this target) is refused before anything runs, naming why.
 """
