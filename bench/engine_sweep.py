@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from draftsmith.engines.engine_eval import cell
 from draftsmith.recipes import __file__ as recipes_init
 
 RECIPES = Path(recipes_init).parent
@@ -85,14 +86,6 @@ def measure(name: str, drafter: str, target: Path, out: Path, args: argparse.Nam
     return {"name": name, **json.loads(report.read_text())}
 
 
-def _f(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, list):
-        return " / ".join(f"{v:.2f}" for v in x)
-    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
-
-
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| family | vLLM method | tau vLLM | tau draftsmith | difference | counted alike | acceptance by "
@@ -112,11 +105,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             else f"{v['speculative_equals_plain']}/{r['answers']}"
         )
         lines.append(
-            f"| {r['name']} | {r['engine']['speculative_config']['method']} | {_f(v['mean_acceptance_length'])} | "
-            f"{_f(d['tau'])} | {_f(rel * 100 if rel is not None else None, 2)} % | "
-            f"{_f(alike * 100 if alike is not None else None, 2)} % | "
-            f"{_f(v['acceptance_by_position'])} | {_f(d['vllm_definition']['acceptance_by_position'])} | "
-            f"{same} | {_f(v['speedup'], 2)} | {_f(d['speedup'], 2)} |"
+            f"| {r['name']} | {r['engine']['speculative_config']['method']} | {cell(v['mean_acceptance_length'])} | "
+            f"{cell(d['tau'])} | {cell(rel * 100 if rel is not None else None, 2)} % | "
+            f"{cell(alike * 100 if alike is not None else None, 2)} % | "
+            f"{cell(v['acceptance_by_position'])} | {cell(d['vllm_definition']['acceptance_by_position'])} | "
+            f"{same} | {cell(v['speedup'], 2)} | {cell(d['speedup'], 2)} |"
         )
     return "\n".join(lines)
 

@@ -31,13 +31,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from draftsmith.eval.gate import FAIL
+from draftsmith.eval.report import fmt_value
 from draftsmith.runtime.errors import UserError
 from draftsmith.runtime.files import read_json
 
 from .setup import ENGINES, require_env
 from .vllm_engine import VllmRun, run_worker, speculative_config
 
-FAIL = 3
 MAX_MODEL_LEN_MARGIN = 16  # vLLM's context: the longest prompt + max new tokens + the draft depth, and some
 
 
@@ -93,11 +94,11 @@ def served_kind(drafter: str, target: Any) -> str:
     meta_file = Path(drafter).expanduser() / "draftsmith.json"
     if meta_file.is_file():
         return "draft_lm"
-    if not config_file.is_file() or "kind" not in read_json(config_file):
+    config = read_json(config_file) if config_file.is_file() else {}
+    if "kind" not in config:
         raise UserError(
             f"--drafter {drafter!r}: pass ngram or a draftsmith checkpoint (a training run's final/)"
         )
-    config = read_json(config_file)
     kind = config["kind"]
     record = family(kind)
     if not record.serves("vllm"):
@@ -300,14 +301,11 @@ def build_report(
     }
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{digits}f}"
+def cell(x: Any, digits: int = 3) -> str:
+    """A report value for a Markdown cell (`fmt_value`); a list (acceptance by position) as "0.35 / 0.13"."""
     if isinstance(x, list):
-        return " / ".join(_fmt(v, 2) for v in x) or "-"
-    return str(x)
+        return " / ".join(fmt_value(v, 2) for v in x) or "-"
+    return fmt_value(x, digits)
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -333,8 +331,8 @@ def markdown(r: dict[str, Any]) -> str:
         ),
         (
             "tokens/s with the drafter / plain",
-            f"{_fmt(v['tokens_per_s'], 1)} / {_fmt(v['plain_tokens_per_s'], 1)}",
-            f"{_fmt(d['tokens_per_s'], 1)} / {_fmt(d['plain_tokens_per_s'], 1)}",
+            f"{cell(v['tokens_per_s'], 1)} / {cell(v['plain_tokens_per_s'], 1)}",
+            f"{cell(d['tokens_per_s'], 1)} / {cell(d['plain_tokens_per_s'], 1)}",
         ),
         ("speedup", v["speedup"], d["speedup"]),
     ]
@@ -353,13 +351,13 @@ def markdown(r: dict[str, Any]) -> str:
         + ", chain, batch 1"
     )
     lines = [head, "", "| | vLLM | draftsmith |", "|---|---|---|"]
-    lines += [f"| {name} | {_fmt(a)} | {_fmt(b)} |" for name, a, b in rows]
+    lines += [f"| {name} | {cell(a)} | {cell(b)} |" for name, a, b in rows]
     verdict = "agree" if r["tau_agrees"] else "DISAGREE"
     lines.append("")
     same = r["same_definition_relative_difference"]
     lines.append(
-        f"relative difference, vLLM vs the evaluator's tau: {_fmt(rel * 100 if rel is not None else None, 2)} %; "
-        f"counted alike (steps with drafts): {_fmt(same * 100 if same is not None else None, 2)} % ({verdict}; "
+        f"relative difference, vLLM vs the evaluator's tau: {cell(rel * 100 if rel is not None else None, 2)} %; "
+        f"counted alike (steps with drafts): {cell(same * 100 if same is not None else None, 2)} % ({verdict}; "
         f"limit {r['tolerance'] * 100:.1f} %"
         + (
             ", 3 standard errors of the difference of two sampled runs)"

@@ -82,7 +82,7 @@ def speculative_config(
     return config
 
 
-def worker_env(cpu_threads: int | None) -> dict[str, str]:
+def worker_env() -> dict[str, str]:
     """The worker's environment: a 2 GiB KV cache on the CPU unless set, vLLM's compile cache off (its AOT
     cache never loaded in 0.32 CPU and a recompile after that failed once), vLLM's caches under draftsmith's."""
     env = dict(os.environ)
@@ -90,13 +90,10 @@ def worker_env(cpu_threads: int | None) -> dict[str, str]:
     env.setdefault("VLLM_DISABLE_COMPILE_CACHE", "1")
     env.setdefault("VLLM_CACHE_ROOT", str(user_cache() / "engines" / "vllm-cache"))
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    if cpu_threads:  # vLLM CPU reserves one core for its own process by default
-        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "auto")
-        env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(max(0, (os.cpu_count() or 1) - cpu_threads)))
     return env
 
 
-def run_worker(engine: EngineEnv, job: dict[str, Any], log: Path, cpu_threads: int | None = None) -> VllmRun:
+def run_worker(engine: EngineEnv, job: dict[str, Any], log: Path) -> VllmRun:
     """Run one job in the engine's venv; a failure is one line with vLLM's last error and the log's path."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,7 +104,7 @@ def run_worker(engine: EngineEnv, job: dict[str, Any], log: Path, cpu_threads: i
                 [str(engine.python), str(WORKER), str(job_file), str(result_file)],
                 stdout=f,
                 stderr=subprocess.STDOUT,
-                env=worker_env(cpu_threads),
+                env=worker_env(),
             ).returncode
         if code != 0 or not result_file.is_file():
             raise UserError(f"vLLM failed (exit {code}): {last_error(log)} (full log: {log})")

@@ -15,8 +15,8 @@ or, when everything is done, re-evaluates):
   5. speculative decoding of held-out prompts (prompts:heldout: subjects never trained on), greedy, lossless
      checked, chain and tree, EAGLE-3 next to ngram.
 
-Runs on CPU with no network. --budget short took 51 minutes on one core (docs/BENCHMARKS.md: EAGLE-3 tau 1.54
-chain / 1.82 tree against ngram's 1.29 / 1.37 on held-out prompts).
+Runs on CPU with no network. --budget short took 34 minutes on 2 idle cores (docs/BENCHMARKS.md: EAGLE-3 tau
+1.54 chain / 1.81 tree against ngram's 1.29 / 1.37 on held-out prompts).
 """
 
 from __future__ import annotations
@@ -218,7 +218,8 @@ def compare_drafters(
                 report["tokens_per_s"] / base_tps if base_tps and report["tokens_per_s"] else None
             )
             report["lossless"] = len(turns) == len(plain) and all(
-                t.spec.tokens == b.baseline.tokens for t, b in zip(turns, plain, strict=True) if b.baseline
+                b.baseline is not None and t.spec.tokens == b.baseline.tokens
+                for t, b in zip(turns, plain, strict=True)
             )
         rows.append(("EAGLE-3 (trained)" if drafter != "ngram" else "ngram (prompt lookup)", tree, report))
     lines = ["| drafter | tree | tau | alpha | speedup | lossless |", "|---|---|---|---|---|---|"]

@@ -155,14 +155,15 @@ def dflash_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
             },
         },
     }
+    speculative = vllm_speculative("dflash", B - 1)
     export = Export(
         layout="dflash-vllm-speculators",
         engine=engine,
         config=config,
         tensors=tensors,
         layer_ids={"canonical": canonical, "vllm": ids},
-        serve=[vllm_serve(target.path, vllm_speculative("dflash", B - 1))],
-        speculative=vllm_speculative("dflash", B - 1),
+        serve=[vllm_serve(target.path, speculative)],
+        speculative=speculative,
         notes=[
             "aux_hidden_state_layer_ids are canonical ids (the stream entering layer i); vLLM maps them to "
             "z-lab's target_layer_ids as id - 1 (vllm#40727). Pin the vLLM version and check acceptance once.",

@@ -61,9 +61,10 @@ def draft_lm_hf(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
             if (src / name).is_file():
                 shutil.copy2(src / name, tmp / name)
 
+    speculative = vllm_speculative("draft_model", 4) if engine == "vllm" else None
     serve = (
-        [vllm_serve(target.path, vllm_speculative("draft_model", 4))]
-        if engine == "vllm"
+        [vllm_serve(target.path, speculative)]
+        if speculative is not None
         else [
             "python -m sglang.launch_server --model-path "
             + target.path
@@ -78,7 +79,7 @@ def draft_lm_hf(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
         config=config,
         tensors=source["state"],
         serve=serve,
-        speculative=vllm_speculative("draft_model", 4) if engine == "vllm" else None,
+        speculative=speculative,
         extra={"tokenizer": copy_tokenizer},
     )
     spec = LayoutSpec(

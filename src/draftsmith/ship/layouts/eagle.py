@@ -331,14 +331,15 @@ def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
         "eagle_fc_bias": needs_bias,
         "tie_word_embeddings": False,
     }
+    speculative = vllm_speculative("eagle", 5) if engine == "vllm" else None
     serve = (
-        [
+        [vllm_serve(target.path, speculative)]
+        if speculative is not None
+        else [
             f"python -m sglang.launch_server --model-path {target.path} --speculative-algorithm EAGLE "
             "--speculative-draft-model-path {dir} --speculative-num-steps 5 --speculative-eagle-topk 1 "
             "--speculative-num-draft-tokens 6"
         ]
-        if engine != "vllm"
-        else [vllm_serve(target.path, vllm_speculative("eagle", 5))]
     )
     export = Export(
         layout=f"eagle1-{engine}",
@@ -346,7 +347,7 @@ def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
         config=config,
         tensors=tensors,
         serve=serve,
-        speculative=vllm_speculative("eagle", 5) if engine == "vllm" else None,
+        speculative=speculative,
         layer_ids={"canonical": [target.num_layers], engine: [target.num_layers]},
         notes=["EAGLE-1 reads the target's post-norm last hidden state and its LM head."],
     )

@@ -59,6 +59,7 @@ def _sizes(source: dict[str, Any], target: TargetInfo) -> tuple[int, int, int, i
 def medusa_vllm(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
     K, n, H, V = _sizes(source, target)
     block, lm = "blocks.{i}.layers.{j}.", "lm_heads.{i}.weight"
+    speculative = vllm_speculative("medusa", K)
     export = Export(
         layout="medusa-vllm",
         engine=engine,
@@ -73,8 +74,8 @@ def medusa_vllm(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
             "medusa_fc_bias": True,
             "truncated_vocab_size": V,
         },
-        serve=[vllm_serve(target.path, vllm_speculative("medusa", K))],
-        speculative=vllm_speculative("medusa", K),
+        serve=[vllm_serve(target.path, speculative)],
+        speculative=speculative,
         notes=["vLLM proposes a top-1 chain from Medusa heads (no tree)."],
     )
     spec = LayoutSpec(

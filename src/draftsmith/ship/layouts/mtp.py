@@ -78,6 +78,7 @@ def _nextn(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
     tensors = on_disk(target, nextn_tensors(source["state"], L, target.embedding(), target.lm_head()))
     config = _target_config(target)
     config["num_nextn_predict_layers"] = D
+    native = vllm_speculative("deepseek_mtp", D, model=False)  # the target carries the MTP layers
     export = Export(
         layout="mtp-deepseek-nextn",
         engine=engine,
@@ -87,9 +88,9 @@ def _nextn(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
         serve=[
             "python -m sglang.launch_server --model-path {stitched} --speculative-algorithm NEXTN "
             f"--speculative-num-steps {D} --speculative-eagle-topk 1 --speculative-num-draft-tokens {D + 1}",
-            vllm_serve("{stitched}", vllm_speculative("deepseek_mtp", D, model=False)),
+            vllm_serve("{stitched}", native),
         ],
-        speculative=vllm_speculative("deepseek_mtp", D, model=False) if engine == "vllm" else None,
+        speculative=native if engine == "vllm" else None,
         notes=[
             "The weights are the MTP layers only; {stitched} is the target checkpoint with them added as "
             f"model.layers.{L}..{L + D - 1} and num_nextn_predict_layers set."
@@ -153,6 +154,7 @@ def _qwen_mtp(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[
     tensors = on_disk(target, tensors)
     config = _target_config(target)
     config["mtp_num_hidden_layers"] = 1
+    native = vllm_speculative("mtp", 3, model=False)
     export = Export(
         layout="mtp-qwen3",
         engine=engine,
@@ -160,7 +162,7 @@ def _qwen_mtp(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[
         tensors=tensors,
         layer_ids={"canonical": [target.num_layers]},
         serve=[
-            vllm_serve("{stitched}", vllm_speculative("mtp", 3, model=False)),
+            vllm_serve("{stitched}", native),
             "python -m sglang.launch_server --model-path {stitched} --speculative-algorithm NEXTN "
             "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
         ],
@@ -168,7 +170,7 @@ def _qwen_mtp(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[
             "The weights are the mtp.* tensors only; {stitched} is the target checkpoint with them added and "
             "mtp_num_hidden_layers: 1. The embedding and LM head are the target's."
         ],
-        speculative=vllm_speculative("mtp", 3, model=False) if engine == "vllm" else None,
+        speculative=native if engine == "vllm" else None,
     )
     shapes = native_layer_shapes(target, "mtp.layers.0.")
     shapes.update(
