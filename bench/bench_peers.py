@@ -52,16 +52,23 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
-def export_training_data(target: Any, out: Path, max_len: int, max_samples: int) -> tuple[Path, int, int]:
-    """draftsmith's training samples as JSONL {input_ids, loss_mask}; returns (path, samples, answer tokens)."""
+def export_training_data(
+    target: Any, out: Path, max_len: int, max_samples: int | None, train: list[str] | None = None
+) -> tuple[Path, int, int]:
+    """draftsmith's training samples as JSONL {input_ids, loss_mask}; returns (path, samples, answer tokens).
+
+    `train` None: the toy recipes' data (stdlib:train, stdlib:heldout held out); otherwise those files with
+    5 % held out, as the SmolLM2 recipes split them (the same seed, so the same samples as draftsmith trains on).
+    """
     from draftsmith.train.core.data import DataConfig, build_datasets
 
-    data = build_datasets(
-        DataConfig(train=["stdlib:train"], eval=["stdlib:heldout"], max_len=max_len, max_samples=max_samples),
-        target.tokenizer,
-        seed=0,
-        progress=False,
+    config = (
+        DataConfig(train=["stdlib:train"], eval=["stdlib:heldout"], max_len=max_len, max_samples=max_samples)
+        if train is None
+        else DataConfig(train=train, eval=[], eval_fraction=0.05, max_len=max_len, max_samples=max_samples)
     )
+    data = build_datasets(config, target.tokenizer, seed=0, progress=False)
+    out.mkdir(parents=True, exist_ok=True)
     path = out / "train.jsonl"
     answer_tokens = 0
     with path.open("w") as f:
@@ -72,6 +79,32 @@ def export_training_data(target: Any, out: Path, max_len: int, max_samples: int)
             answer_tokens += sum(mask)
             f.write(json.dumps({"input_ids": ids, "loss_mask": mask}) + "\n")
     return path, len(data.train), answer_tokens
+
+
+def eagle3_peer_command(
+    peer: dict[str, Any],
+    python: str,
+    target: str,
+    data: Path,
+    out: Path,
+    steps: int,
+    seq_len: int,
+    lr: float,
+    batch_size: int,
+    ttt_steps: int,
+    draft_vocab_size: int,
+    warmup_steps: int | None = None,
+) -> list[str]:
+    """The command that trains one EAGLE-3 peer (`PEERS["eagle3"][name]`) on `data` with draftsmith's settings."""
+    return [
+        python,
+        str(REPO / "bench" / "peers" / peer["script"]),
+        *("--model", target, "--data", str(data), "--out", str(out), "--steps", str(steps)),
+        *("--seq-len", str(seq_len), "--lr", str(lr), "--batch-size", str(batch_size)),
+        *("--warmup-steps", str(steps // 10 if warmup_steps is None else warmup_steps)),
+        *("--lr-scheduler", "cosine", *peer["args"]),
+        *("--ttt-steps", str(ttt_steps), "--draft-vocab-size", str(draft_vocab_size)),
+    ]
 
 
 PEERS: dict[str, dict[str, dict[str, Any]]] = {
@@ -184,66 +217,58 @@ def main() -> int:
     )
     mask = pick_mask_token(target.tokenizer, int(target.embed_tokens.weight.shape[0]))  # draftsmith's default
     for name, peer in peers.items():
-        if name in train:
+        if name in train and args.family == "eagle3":
+            cmd = eagle3_peer_command(
+                peer,
+                getattr(args, peer["python"]),
+                args.target,
+                data,
+                args.out / name,
+                steps,
+                args.max_len,
+                args.lr,
+                args.batch_size,
+                args.ttt_steps,
+                args.draft_vocab_size,
+            )
+        elif name in train:
             cmd = [
                 getattr(args, peer["python"]),
                 str(REPO / "bench" / "peers" / peer["script"]),
-                "--model",
-                args.target,
-                "--data",
-                str(data),
-                "--out",
-                str(args.out / name),
-                "--steps",
-                str(steps),
-                "--seq-len",
-                str(args.max_len),
-                "--lr",
-                str(args.lr),
-                "--batch-size",
-                str(args.batch_size),
-                "--warmup-steps",
-                str(steps // 10),
-                "--lr-scheduler",
-                "cosine",
-                *peer["args"],
+                *("--model", args.target, "--data", str(data), "--out", str(args.out / name)),
+                *("--steps", str(steps), "--seq-len", str(args.max_len), "--lr", str(args.lr)),
+                *("--batch-size", str(args.batch_size), "--warmup-steps", str(steps // 10)),
+                *("--lr-scheduler", "cosine", *peer["args"]),
+                *("--block-size", str(args.block_size), "--num-draft-layers", str(args.draft_layers)),
+                *("--mask-token-id", str(mask)),
             ]
-            if args.family == "eagle3":
-                cmd += ["--ttt-steps", str(args.ttt_steps), "--draft-vocab-size", str(args.draft_vocab_size)]
-            else:
+            if name == "modelopt":  # ModelOpt's ids name layer OUTPUTS: canonical - 1
                 cmd += [
-                    "--block-size",
-                    str(args.block_size),
-                    "--num-draft-layers",
-                    str(args.draft_layers),
-                    "--mask-token-id",
-                    str(mask),
+                    "--target-layer-ids",
+                    ",".join(str(t - 1) for t in taps),
+                    "--num-anchors",
+                    str(args.num_anchors),
+                    "--loss-objective",
+                    "decay",
+                    "--loss-decay",
+                    str(args.decay_gamma),
                 ]
-                if name == "modelopt":  # ModelOpt's ids name layer OUTPUTS: canonical - 1
-                    cmd += [
-                        "--target-layer-ids",
-                        ",".join(str(t - 1) for t in taps),
-                        "--num-anchors",
-                        str(args.num_anchors),
-                        "--loss-objective",
-                        "decay",
-                        "--loss-decay",
-                        str(args.decay_gamma),
-                    ]
-                else:  # speculators' ids are canonical; its loss is named as draftsmith's objective.loss
-                    loss = {"kl": "kl_div"}.get(args.dflash_loss, args.dflash_loss)
-                    # its anchors are per packed row, and a row packs about --batch-size samples
-                    cmd += [
-                        "--aux-layers",
-                        ",".join(map(str, taps)),
-                        "--decay-gamma",
-                        str(args.decay_gamma),
-                        "--num-anchors",
-                        str(args.num_anchors * args.batch_size),
-                        "--loss-fn",
-                        loss,
-                    ]
-            subprocess.run(cmd, check=True, env=env)
+            else:  # speculators' ids are canonical; its loss is named as draftsmith's objective.loss
+                loss = {"kl": "kl_div"}.get(args.dflash_loss, args.dflash_loss)
+                # its anchors are per packed row, and a row packs about --batch-size samples
+                cmd += [
+                    "--aux-layers",
+                    ",".join(map(str, taps)),
+                    "--decay-gamma",
+                    str(args.decay_gamma),
+                    "--num-anchors",
+                    str(args.num_anchors * args.batch_size),
+                    "--loss-fn",
+                    loss,
+                ]
+        else:
+            continue
+        subprocess.run(cmd, check=True, env=env)
     if "draftsmith" in train:
         common = [
             f"target.path={args.target}",

@@ -2,7 +2,8 @@
 
     draftsmith engine-eval --engine vllm --target DIR --drafter CKPT|ngram --data FILE
         [--num-prompts N] [--max-new-tokens M] [--depth K] [--temperature X]
-        [--draft-sample-method greedy|probabilistic] [--report R] [--max-rel-diff 0.03]
+        [--draft-sample-method greedy|probabilistic] [--batch-size B] [--report R] [--max-rel-diff 0.03]
+        [--plain-cache DIR]
 
 draftsmith's evaluator decodes the prompts first (a chain, batch size 1, float32); the exact prompt token ids
 it rendered then go to vLLM, which serves the target twice in the engine's venv (`draftsmith engine-setup
@@ -23,11 +24,13 @@ A drafter family vLLM does not serve (for this target) is refused before anythin
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="at T > 0, as vLLM's option: greedy = argmax drafts accepted with the target's probability; "
         "probabilistic = drafts sampled from the drafter, accepted with min(1, p/q)",
     )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=1,
+        help="requests vLLM decodes together (default 1); the evaluator decodes one at a time, and its tau does "
+        "not depend on the batch",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ngram-min", type=int, default=1, help="ngram drafter: shortest n-gram matched")
     p.add_argument("--ngram-max", type=int, default=3, help="ngram drafter: longest n-gram matched")
@@ -78,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         "where the engines sample different answers, above this or 3 standard errors of the difference",
     )
     p.add_argument("--work-dir", default=None, help="keep the export and vLLM's logs here (default: temp)")
+    p.add_argument(
+        "--plain-cache",
+        default=None,
+        help="keep vLLM's plain runs here and reuse one whose job (model, prompt ids, sampling, batch) is "
+        "identical: several drafters compared on the same prompts decode them plainly once",
+    )
     p.add_argument("--report", default=None, help="write the JSON report here")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     return p
@@ -162,17 +178,28 @@ def job(
         "top_k": args.top_k,
         "stop_token_ids": stop_ids,
         "seeds": [args.seed * 1_000_003 + i for i in range(len(prompts))],
+        "batch_size": args.batch_size,
     }
+
+
+def plain_cache_file(folder: str, plain_job: dict[str, Any], engine: str) -> Path:
+    """Where a plain run of exactly this job is kept: named by the sha256 of the job and the engine (its venv's
+    python)."""
+    key = hashlib.sha256(json.dumps([plain_job, engine], sort_keys=True).encode()).hexdigest()[:20]
+    return Path(folder).expanduser() / f"vllm-plain-{key}.json"
 
 
 def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from draftsmith.eval.acceptance import evaluate as draftsmith_evaluate
+    from draftsmith.eval.acceptance import write_json
     from draftsmith.eval.settings import EvalArgs
     from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
     from draftsmith.ship.export import export
 
-    if args.temperature < 0 or args.num_prompts < 0 or args.max_new_tokens < 1:
-        raise UserError("--temperature and --num-prompts must be >= 0 and --max-new-tokens >= 1")
+    if args.temperature < 0 or args.num_prompts < 0 or args.max_new_tokens < 1 or args.batch_size < 1:
+        raise UserError(
+            "--temperature and --num-prompts must be >= 0, --max-new-tokens and --batch-size >= 1"
+        )
     if Path(args.target).suffix == ".gguf":
         raise UserError(
             "--target: engine-eval serves a model directory; write the GGUF as one first (draftsmith build-target "
@@ -218,8 +245,16 @@ def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     stops = sorted(stop_token_ids(target))
     max_positions = getattr(target.model.config, "max_position_embeddings", None)
     say = print if args.progress else (lambda *a, **k: None)
-    say(f"vLLM: plain decoding of {len(prompts)} answers (log: {work / 'vllm-plain.log'})", flush=True)
-    plain = run_worker(engine, job(args, prompts, stops, None, max_positions), work / "vllm-plain.log")
+    plain_job = job(args, prompts, stops, None, max_positions)
+    cached = plain_cache_file(args.plain_cache, plain_job, str(engine.python)) if args.plain_cache else None
+    if cached is not None and cached.is_file():
+        say(f"vLLM: plain decoding of the same job, reused from {cached}", flush=True)
+        plain = VllmRun(**read_json(cached))
+    else:
+        say(f"vLLM: plain decoding of {len(prompts)} answers (log: {work / 'vllm-plain.log'})", flush=True)
+        plain = run_worker(engine, plain_job, work / "vllm-plain.log")
+        if cached is not None:
+            write_json(asdict(plain), cached)
     say(f"vLLM: speculative decoding, {json.dumps(spec)}", flush=True)
     spec_run = run_worker(
         engine, job(args, prompts, stops, spec, max_positions), work / "vllm-speculative.log"
@@ -268,7 +303,7 @@ def build_report(
         | {
             "depth": ours["settings"]["depth"],
             "draft_sample_method": args.draft_sample_method,
-            "batch_size": 1,
+            "batch_size": args.batch_size,
         },
         "vllm": {
             "mean_acceptance_length": tau_vllm,
@@ -284,6 +319,10 @@ def build_report(
         "draftsmith": {
             "tau": tau_ours,
             "tau_stderr": ours["tau_stderr"],
+            "alpha": ours["alpha"],
+            "acceptance_by_depth": ours["acceptance_by_depth"],
+            "draft_time_s": ours["draft_time_s"],
+            "verify_time_s": ours["verify_time_s"],
             "vllm_definition": mine,
             "tokens_per_s": ours["tokens_per_s"],
             "plain_tokens_per_s": ours["baseline_tokens_per_s"],
@@ -348,7 +387,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"{r['kind']} drafter, {r['engine']['package']} {r['engine']['version']} vs draftsmith's evaluator: "
         f"{n} answers, depth {r['settings']['depth']}, T={r['settings']['temperature']}"
         + (f" ({r['settings']['draft_sample_method']} drafts)" if r["settings"]["temperature"] > 0 else "")
-        + ", chain, batch 1"
+        + f", chain, batch {r['settings']['batch_size']} in vLLM, 1 in the evaluator"
     )
     lines = [head, "", "| | vLLM | draftsmith |", "|---|---|---|"]
     lines += [f"| {name} | {cell(a)} | {cell(b)} |" for name, a, b in rows]

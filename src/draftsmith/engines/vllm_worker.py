@@ -1,4 +1,5 @@
-"""Decode prompts in vLLM, one request at a time, and report what vLLM measured (run inside the engine's venv).
+"""Decode prompts in vLLM, `batch_size` requests at a time (default 1), and report what vLLM measured (run
+inside the engine's venv).
 
     <engine venv>/bin/python vllm_worker.py JOB.json RESULT.json
 
@@ -9,7 +10,8 @@ both sides decode the same tokens), the sampling settings, the stop token ids an
 tokenizer is not loaded (`skip_tokenizer_init`): the prompts are ids, the answers stay ids, and the stop ids
 are exactly draftsmith's.
 
-The result holds each answer's token ids, finish reason and wall time, and the difference of vLLM's own
+The result holds each answer's token ids, finish reason and wall time (a batch's, divided among its
+requests), and the difference of vLLM's own
 speculative-decoding counters (`vllm:spec_decode_*`, read through `LLM.get_metrics()`) over the measured
 requests: the warm-up request before them is not counted.
 """
@@ -99,16 +101,21 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     llm.generate([TokensPrompt(prompt_token_ids=prompts[0])], params(8, 0), use_tqdm=False)
     before = read_counters(llm)
     outputs = []
-    for ids, seed in zip(prompts, job["seeds"], strict=True):
+    size = job.get("batch_size", 1)
+    for start in range(0, len(prompts), size):
+        group = range(start, min(start + size, len(prompts)))
         t0 = time.perf_counter()
-        (result,) = llm.generate(
-            [TokensPrompt(prompt_token_ids=ids)], params(job["max_tokens"], seed), use_tqdm=False
+        results = llm.generate(
+            [TokensPrompt(prompt_token_ids=prompts[i]) for i in group],
+            [params(job["max_tokens"], job["seeds"][i]) for i in group],
+            use_tqdm=False,
         )
-        wall = time.perf_counter() - t0
-        done = result.outputs[0]
-        outputs.append(
-            {"token_ids": list(done.token_ids), "finish_reason": done.finish_reason, "wall_s": wall}
-        )
+        wall = (time.perf_counter() - t0) / len(group)  # a batch's wall time, shared by its requests
+        for result in results:
+            done = result.outputs[0]
+            outputs.append(
+                {"token_ids": list(done.token_ids), "finish_reason": done.finish_reason, "wall_s": wall}
+            )
     counters = difference(read_counters(llm), before)
     return {"vllm_version": vllm.__version__, "load_s": load_s, "outputs": outputs, "counters": counters}
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from draftsmith.engines import setup as engine_setup
-from draftsmith.engines.engine_eval import build_report, comparable, markdown, served_kind
+from draftsmith.engines.engine_eval import build_report, comparable, markdown, plain_cache_file, served_kind
 from draftsmith.engines.vllm_engine import VllmRun, last_error, speculative_config
 from draftsmith.eval.decoder import Generation, Step
 from draftsmith.eval.report import TurnResult
@@ -120,6 +120,62 @@ def test_the_worker_reads_vllms_counters_as_differences():
     }
 
 
+def test_the_worker_decodes_in_batches_in_order(monkeypatch):
+    """batch_size requests go to one generate call each; answers come back in prompt order, each with its own
+    seed, and a batch's wall time is shared among its requests (so tokens/s = tokens / wall)."""
+    worker = _load(ENGINES / "vllm_worker.py", "vllm_worker")
+    calls: list[list[int]] = []
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+        def get_metrics(self):
+            return []
+
+        def generate(self, prompts, params, use_tqdm):
+            firsts = [p["prompt_token_ids"][0] for p in prompts]
+            seeds = params if isinstance(params, list) else [params] * len(prompts)
+            if seeds[0].max_tokens > 8:  # the measured requests, not the warm-up
+                calls.append(firsts)
+            return [
+                types.SimpleNamespace(
+                    outputs=[types.SimpleNamespace(token_ids=[f, s.seed], finish_reason="stop")]
+                )
+                for f, s in zip(firsts, seeds, strict=True)
+            ]
+
+    fake = types.ModuleType("vllm")
+    fake.__version__ = "0.0-test"
+    fake.LLM = FakeLLM
+    fake.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    job = {
+        "model": "m",
+        "dtype": "float32",
+        "max_model_len": 64,
+        "seed": 0,
+        "enforce_eager": True,
+        "speculative_config": None,
+        "prompts": [[10 + i, 1] for i in range(5)],
+        "max_tokens": 16,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "stop_token_ids": [2],
+        "seeds": [100 + i for i in range(5)],
+        "batch_size": 2,
+    }
+    result = worker.run(job)
+    assert calls == [[10, 11], [12, 13], [14]]
+    assert [o["token_ids"] for o in result["outputs"]] == [[10 + i, 100 + i] for i in range(5)]
+    walls = [o["wall_s"] for o in result["outputs"]]
+    assert walls[0] == walls[1] and walls[2] == walls[3] and all(w >= 0 for w in walls)
+
+
 def _run(counters, outputs) -> VllmRun:
     return VllmRun("0.32.0", 1.0, outputs, counters)
 
@@ -201,6 +257,7 @@ def _args(**kw) -> argparse.Namespace:
         top_k=0,
         draft_sample_method="greedy",
         max_rel_diff=0.03,
+        batch_size=1,
     )
     return argparse.Namespace(**{**base, **kw})
 
@@ -216,6 +273,10 @@ def test_the_report_compares_tau_and_checks_losslessness():
         "new_tokens": 5,
         "lossless": True,
         "settings": {"depth": 2},
+        "alpha": 0.25,
+        "acceptance_by_depth": [0.25, 0.0],
+        "draft_time_s": 1.0,
+        "verify_time_s": 2.0,
     }
     outputs = [{"token_ids": [5, 6, 7], "wall_s": 1.0}, {"token_ids": [8, 1], "wall_s": 1.0}]
     plain = _run({}, [{"token_ids": [5, 6, 7], "wall_s": 2.0}, {"token_ids": [8, 9], "wall_s": 2.0}])
@@ -282,3 +343,22 @@ def test_a_gguf_target_is_refused_before_anything_runs(tmp_path, capsys):
         ["engine-eval", "--target", str(tmp_path / "m.gguf"), "--drafter", "ngram", "--data", "x.jsonl"]
     )
     assert code == 1 and "engine-eval serves a model directory" in capsys.readouterr().err
+
+
+def test_a_plain_run_is_reused_only_for_an_identical_job(tmp_path):
+    """The plain-run cache is keyed by everything the worker is given and by the engine: another prompt, batch
+    or venv is another file; a kept run reads back as the same VllmRun."""
+    from dataclasses import asdict
+
+    from draftsmith.eval.acceptance import write_json
+    from draftsmith.runtime.files import read_json
+
+    job = {"model": "m", "prompts": [[1, 2]], "temperature": 0.0, "batch_size": 1, "speculative_config": None}
+    path = plain_cache_file(str(tmp_path), job, "/venv/bin/python")
+    assert path == plain_cache_file(str(tmp_path), dict(reversed(list(job.items()))), "/venv/bin/python")
+    assert path != plain_cache_file(str(tmp_path), job | {"prompts": [[1, 3]]}, "/venv/bin/python")
+    assert path != plain_cache_file(str(tmp_path), job | {"batch_size": 8}, "/venv/bin/python")
+    assert path != plain_cache_file(str(tmp_path), job, "/other/bin/python")
+    run = _run({"num_drafts": 0}, [{"token_ids": [5, 6], "wall_s": 0.5}])
+    write_json(asdict(run), path)
+    assert VllmRun(**read_json(path)) == run
