@@ -106,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the speculators venv's python: train its EAGLE-3 alike (AdamW, the EAGLE-3 architecture)",
     )
+    p.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="NAME=CKPT",
+        help="another trained drafter to measure alike, e.g. eagle3-quickstart=runs/quickstart/eagle3-480/final "
+        "(NAME starts with its family: it decides the T > 0 protocol and the depth); repeatable",
+    )
     p.add_argument("--table-only", action="store_true", help="print the table from the reports in --out")
     return p
 
@@ -207,14 +215,24 @@ def train_peers(target: Path, data: list[Path], out: Path, args: argparse.Namesp
     return names
 
 
+EXTRA: dict[str, str] = {}  # --extra NAME=CKPT
+
+
+def family_of(name: str) -> str:
+    """`eagle3-quickstart` -> eagle3: an --extra drafter is named after its family."""
+    return name if name in FAMILIES else name.split("-", 1)[0]
+
+
 def drafter_path(name: str, out: Path) -> str:
+    if name in EXTRA:
+        return EXTRA[name]
     if name in PEERS:
         return str(out / "peers" / f"{name}-converted")
     return "ngram" if name == "ngram" else str(out / "train" / name / "final")
 
 
 def sample_method(name: str, temperature: float) -> Literal["greedy", "probabilistic"]:
-    return "probabilistic" if temperature > 0 and name in SAMPLED else "greedy"
+    return "probabilistic" if temperature > 0 and family_of(name) in SAMPLED else "greedy"
 
 
 def eval_items(dataset: str, n: int) -> int:
@@ -226,7 +244,7 @@ def vllm_cells(names: list[str], mode: str, vllm_batch: int) -> list[tuple[str, 
     """(drafter, dataset, temperature, vLLM batch) for every chain cell vLLM decodes. core: every served drafter
     on MT-bench at T = 0; EAGLE-3 and ngram on every set at T = 0, on MT-bench at T = 1 and at the larger batch.
     all: every served drafter on every set at both temperatures; the larger batch on every set."""
-    served = [n for n in names if n not in UNSERVED]
+    served = [n for n in names if family_of(n) not in UNSERVED]
     flagship = [n for n in ("eagle3", "ngram") if n in served]
     if mode == "none":
         return []
@@ -268,7 +286,7 @@ def evaluate_cells(target: Path, names: list[str], out: Path, args: argparse.Nam
                                 data=str(SHARED / rel),
                                 num_prompts=eval_items(dataset, args.eval_prompts),
                                 max_new_tokens=args.eval_tokens,
-                                depth=None if name in AS_TRAINED else DEPTH,
+                                depth=None if family_of(name) in AS_TRAINED else DEPTH,
                                 tree=tree,
                                 temperature=t,
                                 draft_sample_method=sample_method(name, t),
@@ -303,7 +321,12 @@ def main() -> int:
     unknown = set(names) - set(FAMILIES)
     if unknown:
         raise SystemExit(f"--families: unknown {sorted(unknown)}; choose from {', '.join(FAMILIES)}")
-    names.append("ngram")
+    for spec in args.extra:
+        name, sep, path = spec.partition("=")
+        if not sep or family_of(name) not in FAMILIES or not Path(path).is_dir():
+            raise SystemExit(f"--extra {spec}: expected FAMILY-LABEL=CKPT_DIR, e.g. eagle3-long=runs/x/final")
+        EXTRA[name] = path
+    names += [*EXTRA, "ngram"]
     if args.table_only:
         names[-1:-1] = [p for p in PEERS if (out / "peers" / f"{p}-converted").is_dir()]
         print(table(out, names))
@@ -315,8 +338,12 @@ def main() -> int:
     t0 = time.perf_counter()
     target, _ = resolve_target(args.target)
     data = regenerate(target, out, args)
-    for name in names[:-1]:
-        train(name, target, data, out, args.epochs)
+    for name in [n for n in names if n in FAMILIES]:
+        try:
+            train(name, target, data, out, args.epochs)
+        except RuntimeError as err:  # one family's failure is a line, not the end of the benchmark
+            print(f"[train] {name} FAILED: {err}", flush=True)
+            names.remove(name)
     names[-1:-1] = train_peers(target, data, out, args)
     evaluate_cells(target, names, out, args)
     for name, dataset, t, batch in vllm_cells(names, args.vllm_cells, args.vllm_batch):
@@ -329,7 +356,7 @@ def main() -> int:
             *("--drafter", drafter_path(name, out), "--data", str(SHARED / EVAL_SETS[dataset])),
             *("--num-prompts", str(eval_items(dataset, args.eval_prompts))),
             *("--max-new-tokens", str(args.eval_tokens), "--batch-size", str(batch)),
-            *(() if name in AS_TRAINED else ("--depth", str(DEPTH))),
+            *(() if family_of(name) in AS_TRAINED else ("--depth", str(DEPTH))),
             *("--temperature", str(t), "--draft-sample-method", sample_method(name, t)),
             *("--report", str(report), "--work-dir", str(out / "vllm" / "work" / report.stem)),
             *("--plain-cache", str(out / "vllm" / "plain")),
@@ -418,7 +445,7 @@ def table(out: Path, names: list[str]) -> str:
             f"{same} |"
         )
     lines += ["", "| family | training wall time | steps | final loss |", "|---|---|---|---|"]
-    for name in names[:-1]:
+    for name in [n for n in names if n in FAMILIES or n in PEERS]:
         run_dir = out / ("peers" if name in PEERS else "train") / name
         wall = run_dir / "wall_s.txt"
         if not wall.is_file():
