@@ -11,6 +11,7 @@ import sys
 import types
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -145,11 +146,11 @@ def test_the_worker_decodes_in_batches_in_order(monkeypatch):
                 for f, s in zip(firsts, seeds, strict=True)
             ]
 
-    fake = types.ModuleType("vllm")
+    fake: Any = types.ModuleType("vllm")
     fake.__version__ = "0.0-test"
     fake.LLM = FakeLLM
     fake.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)
-    inputs = types.ModuleType("vllm.inputs")
+    inputs: Any = types.ModuleType("vllm.inputs")
     inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
     monkeypatch.setitem(sys.modules, "vllm", fake)
     monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
