@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from draftsmith.engines.engine_eval import cell
+from draftsmith.engines.engine_report import cell
 from draftsmith.recipes import __file__ as recipes_init
 
 RECIPES = Path(recipes_init).parent

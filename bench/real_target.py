@@ -251,10 +251,11 @@ def vllm_cells(names: list[str], mode: str, vllm_batch: int) -> list[tuple[str, 
     if mode == "all":
         cells = [(n, d, t, 1) for d in EVAL_SETS for t in TEMPERATURES for n in served]
         return cells + [(n, d, 0.0, vllm_batch) for d in EVAL_SETS for n in flagship]
-    cells = [(n, "mt_bench", 0.0, 1) for n in served]
-    cells += [(n, d, 0.0, 1) for d in EVAL_SETS if d != "mt_bench" for n in flagship]
+    # the most telling cells first (a run cut short keeps them): the flagship and the baseline at both batches
+    cells = [(n, "mt_bench", 0.0, b) for b in (1, vllm_batch) for n in flagship]
+    cells += [(n, "mt_bench", 0.0, 1) for n in served if n not in flagship]
     cells += [(n, "mt_bench", t, 1) for t in TEMPERATURES if t > 0 for n in flagship]
-    return cells + [(n, "mt_bench", 0.0, vllm_batch) for n in flagship]
+    return cells + [(n, d, 0.0, 1) for d in EVAL_SETS if d != "mt_bench" for n in flagship]
 
 
 def evaluate_cells(target: Path, names: list[str], out: Path, args: argparse.Namespace) -> None:
@@ -395,7 +396,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
-    from draftsmith.engines.engine_eval import cell
+    from draftsmith.engines.engine_report import cell
 
     return cell(x, digits)
 
@@ -403,7 +404,8 @@ def _fmt(x: Any, digits: int = 3) -> str:
 def table(out: Path, names: list[str]) -> str:
     """Markdown: the evaluator's grid, then vLLM next to the evaluator, then training costs."""
     lines = [
-        "draftsmith's evaluator (tau ± standard error / alpha / speedup; acceptance by depth for the chain):",
+        "draftsmith's evaluator (tau ± standard error over answers; acceptance at depth d given depth d-1 was "
+        "accepted, '-' where no step got that far; speedup against plain decoding of the same prompts):",
         "",
         "| set | T | drafter | chain tau | alpha | acceptance by depth | speedup | tree topk:3 tau | speedup | lossless |",
         "|---|---|---|---|---|---|---|---|---|---|",

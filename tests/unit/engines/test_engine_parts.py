@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from draftsmith.engines import setup as engine_setup
-from draftsmith.engines.engine_eval import build_report, comparable, markdown, plain_cache_file, served_kind
+from draftsmith.engines.engine_eval import plain_cache_file, served_kind
+from draftsmith.engines.engine_report import build_report, comparable, markdown
 from draftsmith.engines.vllm_engine import VllmRun, last_error, speculative_config
 from draftsmith.eval.decoder import Generation, Step
 from draftsmith.eval.report import TurnResult

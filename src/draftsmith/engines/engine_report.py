@@ -1,0 +1,182 @@
+"""engine-eval's comparison: the evaluator's steps in vLLM's terms, the report of both engines' figures, and
+its Markdown table."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from draftsmith.eval.report import fmt_value
+
+from .vllm_engine import VllmRun
+
+
+def comparable(turns: Sequence[Any]) -> dict[str, Any]:
+    """The evaluator's steps in vLLM's terms: steps that carried drafts, accepted draft tokens, and the
+    unconditional acceptance by position."""
+    steps = [s for t in turns for s in t.spec.steps]
+    drafted = [s for s in steps if s.draft_tokens > 0]
+    depth = max((s.depth for s in drafted), default=0)
+    n = len(drafted)
+    return {
+        "num_steps": len(steps),
+        "num_drafts": n,
+        "num_draft_tokens": sum(s.draft_tokens for s in drafted),
+        "num_accepted_tokens": sum(s.accepted for s in drafted),
+        "mean_acceptance_length": 1 + sum(s.accepted for s in drafted) / n if n else None,
+        "acceptance_by_position": [sum(s.accepted >= d for s in drafted) / n for d in range(1, depth + 1)]
+        if n
+        else [],
+    }
+
+
+def build_report(
+    args: argparse.Namespace,
+    kind: str,
+    ours: dict[str, Any],
+    turns: list[Any],
+    plain: VllmRun,
+    spec_run: VllmRun,
+    spec: dict[str, Any],
+    package: str,
+) -> dict[str, Any]:
+    mine = comparable(turns)
+    tau_vllm, tau_ours = spec_run.mean_acceptance_length, ours["tau"]
+    rel = (tau_vllm - tau_ours) / tau_ours if tau_vllm is not None and tau_ours else None
+    # the like-for-like figure: the evaluator's steps counted as vLLM counts them (steps that carried drafts);
+    # equal to tau when every step drafts, which only the n-gram proposer does not do
+    same = mine["mean_acceptance_length"]
+    rel_same = (tau_vllm - same) / same if tau_vllm is not None and same else None
+    greedy = args.temperature == 0
+    # At T > 0 the engines sample different answers: two independent estimates of tau, each with about the
+    # evaluator's standard error, so their difference is allowed 3 standard errors of a difference as well.
+    tolerance = args.max_rel_diff
+    if not greedy and ours["tau_stderr"] and same:
+        tolerance = max(tolerance, 3 * math.sqrt(2) * ours["tau_stderr"] / same)
+    same_as_plain = [
+        a["token_ids"] == b["token_ids"] for a, b in zip(spec_run.outputs, plain.outputs, strict=True)
+    ]
+    same_as_ours = [o["token_ids"] == t.spec.tokens for o, t in zip(spec_run.outputs, turns, strict=True)]
+    speedup = (
+        spec_run.tokens_per_s / plain.tokens_per_s if spec_run.tokens_per_s and plain.tokens_per_s else None
+    )
+    return {
+        "drafter": args.drafter,
+        "kind": kind,
+        "engine": {"package": package, "version": spec_run.version, "speculative_config": spec},
+        "settings": {
+            k: getattr(args, k)
+            for k in ("target", "data", "num_prompts", "max_new_tokens", "temperature", "top_p", "top_k")
+        }
+        | {
+            "depth": ours["settings"]["depth"],
+            "draft_sample_method": args.draft_sample_method,
+            "batch_size": args.batch_size,
+        },
+        "vllm": {
+            "mean_acceptance_length": tau_vllm,
+            "acceptance_by_position": spec_run.acceptance_by_position,
+            "counters": spec_run.counters,
+            "tokens_per_s": spec_run.tokens_per_s,
+            "plain_tokens_per_s": plain.tokens_per_s,
+            "speedup": speedup,
+            "new_tokens": spec_run.tokens,
+            "load_s": {"plain": plain.load_s, "speculative": spec_run.load_s},
+            "speculative_equals_plain": sum(same_as_plain) if greedy else None,
+        },
+        "draftsmith": {
+            "tau": tau_ours,
+            "tau_stderr": ours["tau_stderr"],
+            "alpha": ours["alpha"],
+            "acceptance_by_depth": ours["acceptance_by_depth"],
+            "draft_time_s": ours["draft_time_s"],
+            "verify_time_s": ours["verify_time_s"],
+            "vllm_definition": mine,
+            "tokens_per_s": ours["tokens_per_s"],
+            "plain_tokens_per_s": ours["baseline_tokens_per_s"],
+            "speedup": ours["speedup"],
+            "new_tokens": ours["new_tokens"],
+            "lossless": ours["lossless"],
+        },
+        "answers": len(turns),
+        "answers_equal_across_engines": sum(same_as_ours) if greedy else None,
+        "tau_relative_difference": rel,
+        "same_definition_relative_difference": rel_same,
+        "tolerance": tolerance,
+        "tau_agrees": rel_same is not None and abs(rel_same) <= tolerance,
+        "lossless": (all(same_as_plain) and ours["lossless"] is not False) if greedy else None,
+    }
+
+
+def cell(x: Any, digits: int = 3) -> str:
+    """A report value for a Markdown cell (`fmt_value`); a list (acceptance by position) as "0.35 / 0.13"."""
+    if isinstance(x, list):
+        return " / ".join(fmt_value(v, 2) for v in x) or "-"
+    return fmt_value(x, digits)
+
+
+def markdown(r: dict[str, Any]) -> str:
+    v, d, n = r["vllm"], r["draftsmith"], r["answers"]
+    rel = r["tau_relative_difference"]
+    rows = [
+        ("tau (vLLM: mean acceptance length)", v["mean_acceptance_length"], d["tau"]),
+        (
+            "the same in vLLM's terms (steps with drafts only)",
+            v["mean_acceptance_length"],
+            d["vllm_definition"]["mean_acceptance_length"],
+        ),
+        (
+            "acceptance by position (unconditional)",
+            v["acceptance_by_position"],
+            d["vllm_definition"]["acceptance_by_position"],
+        ),
+        (
+            "steps with drafts / draft tokens / accepted",
+            f"{v['counters']['num_drafts']} / {v['counters']['num_draft_tokens']} / {v['counters']['num_accepted_tokens']}",
+            f"{d['vllm_definition']['num_drafts']} / {d['vllm_definition']['num_draft_tokens']} / "
+            f"{d['vllm_definition']['num_accepted_tokens']}",
+        ),
+        (
+            "tokens/s with the drafter / plain",
+            f"{cell(v['tokens_per_s'], 1)} / {cell(v['plain_tokens_per_s'], 1)}",
+            f"{cell(d['tokens_per_s'], 1)} / {cell(d['plain_tokens_per_s'], 1)}",
+        ),
+        ("speedup", v["speedup"], d["speedup"]),
+    ]
+    if v["speculative_equals_plain"] is not None:
+        rows.append(
+            (
+                "answers equal to plain greedy decoding",
+                f"{v['speculative_equals_plain']}/{n}",
+                "all" if d["lossless"] else "NOT all",
+            )
+        )
+    head = (
+        f"{r['kind']} drafter, {r['engine']['package']} {r['engine']['version']} vs draftsmith's evaluator: "
+        f"{n} answers, depth {r['settings']['depth']}, T={r['settings']['temperature']}"
+        + (f" ({r['settings']['draft_sample_method']} drafts)" if r["settings"]["temperature"] > 0 else "")
+        + f", chain, batch {r['settings']['batch_size']} in vLLM, 1 in the evaluator"
+    )
+    lines = [head, "", "| | vLLM | draftsmith |", "|---|---|---|"]
+    lines += [f"| {name} | {cell(a)} | {cell(b)} |" for name, a, b in rows]
+    verdict = "agree" if r["tau_agrees"] else "DISAGREE"
+    lines.append("")
+    same = r["same_definition_relative_difference"]
+    lines.append(
+        f"relative difference, vLLM vs the evaluator's tau: {cell(rel * 100 if rel is not None else None, 2)} %; "
+        f"counted alike (steps with drafts): {cell(same * 100 if same is not None else None, 2)} % ({verdict}; "
+        f"limit {r['tolerance'] * 100:.1f} %"
+        + (
+            ", 3 standard errors of the difference of two sampled runs)"
+            if r["settings"]["temperature"] > 0
+            else ")"
+        )
+    )
+    if r["answers_equal_across_engines"] is not None:
+        lines.append(
+            f"answers identical in both engines: {r['answers_equal_across_engines']}/{n} "
+            "(float32 in both; a near-tie may round differently in vLLM's kernels)"
+        )
+    return "\n".join(lines)
