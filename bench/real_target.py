@@ -70,8 +70,9 @@ SAMPLED = {"eagle3", "eagle1", "draft_lm", "modelopt", "speculators"}
 PEERS = ("modelopt", "speculators")
 # vLLM serves no MTP module beside a Llama target (engine-eval refuses it in one line)
 UNSERVED = {"mtp"}
-# families drafted as deep as they were trained (Medusa's heads, DFlash's block - 1, P-EAGLE's depths)
-AS_TRAINED = {"medusa", "dflash", "peagle"}
+# families drafted as deep as they were trained (Medusa's heads, MTP's modules, DFlash's block - 1, P-EAGLE's
+# depths)
+AS_TRAINED = {"medusa", "mtp", "dflash", "peagle"}
 TREES = ("chain", "topk:3")
 TEMPERATURES = (0.0, 1.0)
 DEPTH = 5
@@ -388,7 +389,7 @@ def _cells(chain: dict[str, Any] | None, tree: dict[str, Any] | None, t: float) 
         more = [_fmt(r["alpha"]), _fmt(r["acceptance_by_depth"])] if width == 4 else []
         out += [tau, *more, _fmt(r["speedup"], 2)]
     checked = [r["lossless"] for r in (chain, tree) if r and "error" not in r]
-    out.append("-" if t > 0 else ("yes" if checked and all(checked) else "NO"))
+    out.append("-" if t > 0 or not checked else ("yes" if all(checked) else "NO"))
     return out
 
 

@@ -13,8 +13,10 @@ figures for the same drafter, with the relative difference of tau; at T = 0 it a
 speculative answers equal its plain answers token for token. vLLM's mean acceptance length counts only the
 steps that carried drafts; the evaluator's tau counts every verification step, so the check compares vLLM's
 figure with the evaluator's steps counted the same way (equal to tau unless a step drafts nothing, which the
-n-gram proposer does); both differences are printed. The ngram drafter follows vLLM's matching rule here (the
-earliest occurrence of the longest match). The exit status is 3 when the difference is above --max-rel-diff
+n-gram proposer does); both differences are printed. The evaluator follows two more of vLLM's rules here: the
+ngram drafter continues the earliest occurrence of the longest match, and drafts keep their full depth at
+--max-new-tokens (vLLM's scheduler schedules no partial drafts, and it counts the acceptances that fall past
+max_tokens; the answers are cut at the budget either way). The exit status is 3 when the difference is above --max-rel-diff
 (at T > 0, where the engines sample different answers, above 3 standard errors of the difference if that is
 more) or a lossless check failed.
 
@@ -213,6 +215,7 @@ def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             ngram_min=args.ngram_min,
             ngram_max=args.ngram_max,
             ngram_match="earliest",  # vLLM's proposer continues the earliest occurrence of the longest match
+            drafts_at_budget="full",  # vLLM schedules no partial drafts: full depth at max_tokens, all counted
             progress=args.progress,
         ),
         target=target,

@@ -123,7 +123,9 @@ def evaluate(
                 "(--tree topk:K ranks, sample:K samples)"
             )
         shape = dataclasses.replace(shape, sampled=args.draft_sample_method == "probabilistic")
-    decoder = SpeculativeDecoder(target, drafter, shape, sampling, args.acceptance, args.kv_cache)
+    decoder = SpeculativeDecoder(
+        target, drafter, shape, sampling, args.acceptance, args.kv_cache, args.drafts_at_budget
+    )
     max_pos = getattr(target.model.config, "max_position_embeddings", None)
     if max_pos is not None and args.max_new_tokens >= max_pos:
         raise ValueError(
@@ -132,6 +134,8 @@ def evaluate(
         )
     stop_ids = stop_token_ids(target)
     device = target.device
+    # full drafts at the budget verify up to `depth` positions past it
+    overshoot = shape.depth if args.drafts_at_budget == "full" else 0
 
     def generator(index: int, turn: int) -> torch.Generator:
         return torch.Generator(device).manual_seed(args.seed * 1_000_003 + index * 101 + turn)
@@ -149,9 +153,9 @@ def evaluate(
         answers: list[str] = []
         for k, prompt_msgs in enumerate(prompt_turns(conv)):
             prompt = render_prompt(target.tokenizer, with_answers(prompt_msgs, answers), conv.tools)
-            if max_pos is not None and len(prompt) + args.max_new_tokens > max_pos:
+            if max_pos is not None and len(prompt) + args.max_new_tokens + overshoot > max_pos:
                 skipped.append(
-                    f"{item} turn {k}: {len(prompt)} prompt tokens + {args.max_new_tokens} > {max_pos}"
+                    f"{item} turn {k}: {len(prompt)} prompt tokens + {args.max_new_tokens + overshoot} > {max_pos}"
                 )
                 break
             spec = decoder.generate(prompt, args.max_new_tokens, generator(index, k))

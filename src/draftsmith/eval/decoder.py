@@ -8,8 +8,10 @@ the cache keeps the prefix plus that path. Every step commits accepted + 1 token
 
 Bookkeeping follows ALGORITHMS.md 9.6: tau counts the tokens committed by verification steps (the bonus or
 correction token included) per verification forward; the prefill forward and its token are excluded.
-Drafts never reach past `max_new_tokens` (the depth shrinks near the end, as transformers does), and a
-stop token ends the sequence even in the middle of an accepted path.
+Drafts never reach past `max_new_tokens` (the depth shrinks near the end, as transformers does; with
+`drafts_at_budget="full"` they keep their depth and a step's acceptances past the budget are counted, as vLLM's
+scheduler does, while the answer still stops at the budget), and a stop token ends the sequence even in the
+middle of an accepted path.
 """
 
 from __future__ import annotations
@@ -92,8 +94,12 @@ class SpeculativeDecoder:
         sampling: Sampling,
         acceptance: str = "exact",
         kv_cache: str = "auto",
+        drafts_at_budget: str = "shrink",
     ):
         check_depth(drafter, shape)
+        if drafts_at_budget not in ("shrink", "full"):
+            raise ValueError(f"drafts_at_budget must be 'shrink' or 'full', got {drafts_at_budget!r}")
+        self.shrink_at_budget = drafts_at_budget == "shrink"
         config = target.model.config
         new_cache(config, kv_cache)  # refuses a cache this target cannot use, before any decoding
         self.kv_cache = kv_cache
@@ -150,7 +156,7 @@ class SpeculativeDecoder:
         while out.stop != "eos" and len(out.tokens) < max_new_tokens:
             shape = self.shape
             room = max_new_tokens - len(out.tokens) - 1  # the step's own token always fits
-            if shape.depth > room:
+            if self.shrink_at_budget and shape.depth > room:
                 shape = shape.truncated(room)
             t0 = _timer(device)
             tree = self.drafter.propose(context, shape, self.sampling, generator)

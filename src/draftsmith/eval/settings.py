@@ -96,6 +96,15 @@ class EvalArgs:
             "latest, or the earliest (vLLM's n-gram proposer; engine-eval uses it)."
         },
     )
+    drafts_at_budget: Literal["shrink", "full"] = field(
+        default="shrink",
+        metadata={
+            "help": "Near --max-new-tokens: shrink = the draft depth shrinks so that no draft reaches past it "
+            "(transformers' rule); full = drafts keep their depth and acceptances past it count, as vLLM's "
+            "scheduler does (it schedules no partial drafts; engine-eval uses it). The answer stops at "
+            "--max-new-tokens either way."
+        },
+    )
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
     # What to do with the report.
     report: str | None = field(default=None, metadata={"help": "Write the JSON report here."})

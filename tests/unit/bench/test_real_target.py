@@ -44,3 +44,4 @@ def test_the_table_reads_each_cell_and_marks_failures(tmp_path):
     )
     assert rows[1].startswith("| mt_bench | 0 | ngram | error: ValueError: boom |")
     assert rows[1].count("|") == rows[0].count("|")
+    assert rows[1].endswith("| - |")  # nothing decoded, so nothing was checked: neither yes nor NO

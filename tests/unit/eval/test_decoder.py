@@ -112,6 +112,30 @@ def test_self_drafter_accepts_everything(target, prompts, temperature):
     assert summarize([TurnResult("x", 0, 0, _gen(full))])["tau"] == depth + 1
 
 
+def test_full_drafts_at_the_budget_count_acceptances_past_it_as_vllm_does(target, prompts):
+    """vLLM's scheduler keeps a draft's full depth at max_tokens and counts every accepted draft token; the
+    answer is cut at the budget. With the self drafter (every draft accepted) and 1 + 2 new tokens left after
+    the prefill's, depth 5: shrink drafts 1 (the step's own token fills the budget), full drafts 5 and
+    accepts 5; both commit the same 2 tokens."""
+    depth, budget = 5, 3
+    out = {}
+    for rule in ("shrink", "full"):
+        decoder = SpeculativeDecoder(
+            target,
+            LMDrafter(target.model, "self"),
+            parse_tree("chain", depth),
+            Sampling(),
+            drafts_at_budget=rule,
+        )
+        out[rule] = decoder.generate(prompts[0], budget)
+    shrink, full = out["shrink"], out["full"]
+    assert shrink.tokens == full.tokens and len(full.tokens) == budget
+    assert [(s.depth, s.accepted, s.committed) for s in shrink.steps] == [(1, 1, 2)]
+    assert [(s.depth, s.accepted, s.committed) for s in full.steps] == [(depth, depth, 2)]
+    with pytest.raises(ValueError, match="drafts_at_budget"):
+        SpeculativeDecoder(target, NgramDrafter(), parse_tree("chain", 2), Sampling(), drafts_at_budget="x")
+
+
 def _gen(steps):
     from draftsmith.eval.decoder import Generation
 
