@@ -16,9 +16,9 @@ figure with the evaluator's steps counted the same way (equal to tau unless a st
 n-gram proposer does); both differences are printed. The evaluator follows two more of vLLM's rules here: the
 ngram drafter continues the earliest occurrence of the longest match, and drafts keep their full depth at
 --max-new-tokens (vLLM's scheduler schedules no partial drafts, and it counts the acceptances that fall past
-max_tokens; the answers are cut at the budget either way). The exit status is 3 when the difference is above --max-rel-diff
-(at T > 0, where the engines sample different answers, above 3 standard errors of the difference if that is
-more) or a lossless check failed.
+max_tokens; the answers are cut at the budget either way). The exit status is 3 when the difference is above
+--max-rel-diff (at T > 0, where the engines sample different answers, above 3 standard errors of the difference
+if that is more) or a lossless check failed.
 
 A drafter family vLLM does not serve (for this target) is refused before anything runs, naming why.
 """
