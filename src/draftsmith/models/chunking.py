@@ -10,8 +10,10 @@ from contextvars import ContextVar
 import torch
 import torch.utils.checkpoint
 
-# Tokens (micro-batch rows x positions) whose vocabulary-sized logits exist at once in a chunked loss: one
-# float32 chunk of V = 128k logits is 128 MiB. Larger chunks were no faster on CPU (docs/BENCHMARKS.md).
+# Tokens (micro-batch rows x positions) whose vocabulary-sized logits exist at once in a chunked loss, the
+# default of `train.loss_chunk_tokens`: one float32 chunk of V = 128k logits is 128 MiB. A recipe with a small
+# vocabulary can afford more, and a CPU runs larger products faster: SmolLM2's EAGLE-3 recipe takes 2,048
+# (docs/BENCHMARKS.md, "The quickstart on SmolLM2-135M-Instruct").
 LOSS_CHUNK_TOKENS = 256
 
 ChunkResult = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]

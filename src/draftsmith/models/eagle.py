@@ -50,6 +50,16 @@ class EagleConfig:
             "final norm and LM-head rows of the draft vocabulary (trains faster at small budgets)."
         },
     )
+    labels: Literal["target", "data"] = field(
+        default="target",
+        metadata={
+            "help": "EAGLE-3: what each draft position learns. target: the frozen target's distribution (soft "
+            "cross-entropy; the offline cache holds the target's last state). data: the data's next token "
+            "(cross-entropy; no target head in training, no last state cached): the same argmax when the data "
+            "are the target's own greedy answers (`draftsmith data regenerate --temperature 0`), at about "
+            "half the cost of a step."
+        },
+    )
     layer: Literal["llama", "qwen3"] = field(
         default="llama",
         metadata={
@@ -91,6 +101,13 @@ class EagleConfig:
             raise ValueError(
                 f"draft.layer={self.layer} is an EAGLE-3 option (speculators' draft layers); EAGLE-1 engines serve "
                 "only the Llama layer: drop draft.layer or set draft.version=3"
+            )
+        if self.labels not in ("target", "data"):
+            raise ValueError(f"draft.labels must be 'target' or 'data', got {self.labels!r}")
+        if self.labels == "data" and self.version != 3:
+            raise ValueError(
+                "draft.labels=data is EAGLE-3's option; EAGLE-1 regresses the target's next features, which need "
+                "the target: drop draft.labels or set draft.version=3"
             )
         if self.head_init not in ("random", "target"):
             raise ValueError(f"draft.head_init must be 'random' or 'target', got {self.head_init!r}")

@@ -29,6 +29,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from draftsmith.runtime.hardware import native_bfloat16
+
 DEFAULT_TARGET = "smollm2-135m-instruct"
 
 
@@ -78,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=None, help="training prompts (default: the budget's)")
     p.add_argument("--epochs", type=float, default=None, help="training epochs (default: the budget's)")
     p.add_argument("--eval-prompts", type=int, default=None, help="held-out prompts (default: the budget's)")
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
+        help="precision of the answers, the feature cache and training (autocast); auto: bfloat16 where this "
+        "machine multiplies it natively (a GPU, or a CPU with AVX512-BF16 / AMX), else float32. The evaluation "
+        "always decodes with the target as built (float32 on CPU), checked token for token",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars (for logs)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=3e-3")
     return p
@@ -93,11 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if prompts < 1 or epochs <= 0 or eval_prompts < 1:
         parser.error("--prompts and --eval-prompts must be >= 1 and --epochs > 0")
     out: Path = args.output_dir
-    t0 = time.perf_counter()
+    clock = StageClock()
 
     target, toy = resolve_target(args.target, progress=not args.no_progress)
     data = TOY_DATA if toy else CHAT_DATA
-    print(f"[1/5] target: {target}")
+    print(f"[1/5] target: {target} ({clock.lap()})")
+    dtype = pipeline_dtype(args.dtype)
+    bf16 = dtype == "bfloat16"
+    print(f"      answers, cache and training in {dtype} (--dtype {args.dtype})")
 
     from draftsmith.scripts.data import regenerate
 
@@ -105,10 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"[2/5] the target's greedy answers to {prompts} prompts ({data['train']}): {answers}")
     regen = ["--target", str(target), "--data", data["train"], "--out", str(answers), "--temperature", "0"]
     regen += ["--max-new-tokens", str(budget.answer_tokens), "--max-samples", str(prompts)]
-    regen += ["--batch-size", str(REGENERATE_BATCH)]
+    regen += ["--batch-size", str(REGENERATE_BATCH), "--dtype", dtype]
     code = regenerate.main(regen + (["--no-progress"] if args.no_progress else []))
     if code != 0:
         return code
+    print(f"      answers: {clock.lap()}")
 
     from draftsmith.train import eagle
     from draftsmith.train.cache import build
@@ -117,25 +131,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A cache and a run per answer count: a later run with more --prompts extends the answers file, and must
     # not reuse shards or a checkpoint made from the shorter one.
     cache = out / f"cache-{prompts}"
-    common = [f"target.path={target}", f"data.train=[{answers}]", f"data.cache={cache}", *args.overrides]
+    common = [f"target.path={target}", f"data.train=[{answers}]", f"data.cache={cache}"]
     print(f"[3/5] the target's features for EAGLE-3: {cache}")
-    code = build.main(["eagle", "--config", recipe, *common])
+    code = build.main(["eagle", "--config", recipe, *common, f"target.dtype={dtype}", *args.overrides])
     if code != 0:
         return code
+    print(f"      cache: {clock.lap()}")
     run = out / f"eagle3-{prompts}"
     print(f"[4/5] training EAGLE-3 ({epochs:g} epochs): {run}")
-    code = eagle.main(
-        ["--config", recipe, *common, f"output_dir={run}", f"train.epochs={epochs}", "--resume"]
-    )
+    precision = f"train.mixed_precision={'bf16' if bf16 else 'no'}"
+    settings = [f"output_dir={run}", f"train.epochs={epochs}", precision, *args.overrides]
+    code = eagle.main(["--config", recipe, *common, *settings, "--resume"])
     if code != 0:
         return code
+    print(f"      training: {clock.lap()}")
     print(f"[5/5] speculative decoding of {eval_prompts} held-out prompts ({data['heldout']}), greedy")
     table = compare_drafters(
         target, run / "final", data["heldout"], eval_prompts, budget.eval_tokens, not args.no_progress
     )
     print(table)
-    print(f"quickstart finished in {time.perf_counter() - t0:.0f} s; run directory: {out}")
+    print(f"      evaluation: {clock.lap()}")
+    print(f"quickstart finished in {clock.total():.0f} s; run directory: {out}")
     return 0
+
+
+class StageClock:
+    """Wall time per stage, for the lines the quickstart prints after each one."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+
+    def lap(self) -> str:
+        now = time.perf_counter()
+        took, self.last = round(now - self.last), now
+        return f"{took // 60} min {took % 60} s"
+
+    def total(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def pipeline_dtype(choice: str) -> str:
+    """The answers', cache's and training's precision for `--dtype`: `auto` is bfloat16 where this machine
+    multiplies it natively (a bfloat16 product ran 4-6x faster than float32 on the 2-core machine of
+    docs/BENCHMARKS.md), float32 elsewhere (emulated bfloat16 is slower than float32)."""
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "bfloat16" if native_bfloat16("cuda" if torch.cuda.is_available() else "cpu") else "float32"
 
 
 def resolve_target(name: str, progress: bool = True) -> tuple[Path, bool]:

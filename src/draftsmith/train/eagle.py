@@ -11,7 +11,7 @@ depths d of prod_{s<d} acc_s, an ESTIMATE of the acceptance length (the evaluato
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,19 +21,15 @@ from torch import nn
 
 from draftsmith.models.chunking import (
     LOSS_CHUNK_TOKENS,
-    ChunkResult,
     chunk_positions,
     chunked_loss,
-    recomputing,
 )
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, default_feature_layers
-from draftsmith.models.losses import eagle1_chunk_loss, eagle1_mask, eagle1_regression, eagle3_step_loss
+from draftsmith.models.losses import eagle1_mask
 from draftsmith.models.objectives import (
     ObjectiveConfig,
-    acceptance_sum,
     chain_weights,
-    masked_objective,
     per_column,
 )
 from draftsmith.models.parts import shift_left
@@ -52,6 +48,13 @@ from draftsmith.train.core.recipe import (
     seed_field,
     taps_and_final,
 )
+from draftsmith.train.eagle_chunks import (
+    argmax_ce,
+    data_labels,
+    eagle1_chunk,
+    eagle3_chunk,
+    eagle3_data_chunk,
+)
 
 TAU_ESTIMATE_DEPTH = 5  # EAGLE-1 trains one step; its estimate assumes that accuracy at every depth
 
@@ -63,6 +66,17 @@ class EagleRecipe(RecipeConfig[EagleConfig], ObjectiveSection[EagleConfig]):
     output_dir: str = run_dir("runs/eagle")
     seed: int = seed_field("Seed for initialisation, noise, data split and order.")
     draft: EagleConfig = field(default_factory=EagleConfig)
+
+    def __post_init__(self) -> None:
+        if self.draft.labels == "data" and (
+            self.objective.loss not in (None, "ce") or self.objective.weighting == "dpace"
+        ):
+            raise ValueError(
+                f"draft.labels=data trains on the data's next tokens (cross-entropy), but objective.loss="
+                f"{self.objective.loss} / objective.weighting={self.objective.weighting} needs the target's "
+                "distribution: set draft.labels=target, or objective.loss=ce (or null) with a fixed or exp_decay "
+                "weighting"
+            )
 
 
 RECIPE = EagleRecipe
@@ -117,9 +131,17 @@ class EagleMethod(TrainingMethod):
                 torch.tensor([draft.config.step_decay**s for s in range(S)])
             )
         self.feature_layers: tuple[LayerId, ...] = tuple(draft.feature_layers)
+        self.soft_labels = self.version == 1 or draft.config.labels == "target"
+
+    def _masks(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Each TTT step's loss mask (`step_masks`); with data labels, also where the label token exists."""
+        masks = step_masks(batch, 1 if self.version == 1 else len(self.term_names))
+        if self.soft_labels:
+            return masks
+        return [m & (data_labels(batch, s) >= 0) for s, m in enumerate(masks)]
 
     def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        masks = step_masks(batch, 1 if self.version == 1 else len(self.term_names))
+        masks = self._masks(batch)
         counts = torch.stack([m.sum() for m in masks]).float()
         return counts.repeat(2) if self.version == 1 else counts
 
@@ -127,10 +149,12 @@ class EagleMethod(TrainingMethod):
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         ids = batch["input_ids"]
-        layers = tuple(dict.fromkeys((*self.feature_layers, "final")))  # the soft labels come from `final`
-        feats, _ = self.target.batch_features(batch, layers)
         draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
-        masks = step_masks(batch, 1 if self.version == 1 else len(self.term_names))
+        soft = self.soft_labels  # data labels need no `final` state
+        wanted: list[LayerId] = [*self.feature_layers, "final"] if soft else list(self.feature_layers)
+        layers = tuple(dict.fromkeys(wanted))
+        feats, _ = self.target.batch_features(batch, layers)
+        masks = self._masks(batch)
         chunk = chunk_positions(ids.shape[0], self.loss_chunk)
         head, objective = self.target.head, self.objective
         if self.version == 1:
@@ -139,11 +163,16 @@ class EagleMethod(TrainingMethod):
             m = eagle1_mask(masks[0])
             inputs = (predicted, shift_left(f), m)
             weights = self._weights(draft, [predicted], [shift_left(f)], [m], chunk)[0]
-            sums, _, metrics = chunked_loss(_eagle1_chunk(draft, head, objective), (*inputs, weights), chunk)
+            sums, _, metrics = chunked_loss(eagle1_chunk(draft, head, objective), (*inputs, weights), chunk)
             return sums, metrics
         g = torch.cat([feats[i] for i in self.feature_layers], dim=-1)
         hidden = model(g, ids)  # one [B, T, H] per TTT step; the logits are computed per chunk
         S = len(hidden)
+        if not soft:
+            labels = torch.stack([data_labels(batch, s) for s in range(S)], -1)  # [B, T, S]
+            inputs = (*hidden, labels.clamp(min=0), torch.stack(masks, -1))
+            sums, _, metrics = chunked_loss(eagle3_data_chunk(draft), inputs, max(1, chunk // S))
+            return sums, metrics
         # Step s's soft label at column t is the target's distribution at position t+s+1 (zeros past the end).
         # `windows[:, t, :, s]` is that state: a strided view of one zero-padded copy of `final`, so a chunk of
         # columns carries the c+S-1 states its S steps read and the target head runs once per chunk, not once
@@ -153,7 +182,7 @@ class EagleMethod(TrainingMethod):
         windows = final[:, 1:].unfold(1, S, 1)  # [B, T, H, S]
         finals = [final[:, s + 1 : s + 1 + ids.shape[1]] for s in range(S)]
         weights = self._weights(draft, hidden, finals, masks, chunk)
-        fn = _eagle3_chunk(draft, head, objective)
+        fn = eagle3_chunk(draft, head, objective)
         inputs = (*hidden, windows, torch.stack(masks, -1), weights.permute(1, 2, 0))
         # A chunk computes all S steps' logits: c/S columns each keep one step's worth of vocabulary rows alive.
         sums, _, metrics = chunked_loss(fn, inputs, max(1, chunk // S))
@@ -190,116 +219,6 @@ class EagleMethod(TrainingMethod):
 
     def report(self, result: LoopResult) -> str:
         return format_step_table(result.eval, self.term_names, result.initial_eval)
-
-
-def _target_view(draft: Any, target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(the target's logits over the draft vocabulary [B, c, Vd], kept [B, c] bool)`: kept where the target's
-    argmax is inside the draft vocabulary (always for EAGLE-1 and a full vocabulary)."""
-    vd = getattr(draft, "draft_vocab_size", target_logits.shape[-1])
-    if vd == target_logits.shape[-1]:
-        return target_logits, torch.ones(
-            target_logits.shape[:-1], dtype=torch.bool, device=target_logits.device
-        )
-    return target_logits[..., draft.t2d], draft.t2d[target_logits.argmax(-1)]
-
-
-def argmax_ce(draft: Any, head: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """`(draft state [B, c, H], target state [B, c, H])` -> `[B, c, 2]`: the draft's cross-entropy on the target's
-    argmax and whether that argmax is in the draft vocabulary (D-PACE's confidence; no gradient)."""
-
-    def fn(hidden: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
-        target, kept = _target_view(draft, head(final))
-        ce = F.cross_entropy(
-            draft.logits(hidden).float().transpose(1, 2), target.argmax(-1), reduction="none"
-        )
-        return torch.stack([ce, kept.float()], dim=-1)
-
-    return fn
-
-
-def _eagle1_chunk(
-    draft: Eagle1Draft, head: Callable[[torch.Tensor], torch.Tensor], objective: ObjectiveConfig
-) -> Callable[..., ChunkResult]:
-    """EAGLE-1's loss on one chunk: `(predicted [B, c, H], next features [B, c, H], mask [B, c], weights [B, c])`
-    -> sums, with the drafter's logits through the frozen head and the soft labels `head(f_{t+1})` computed
-    here."""
-
-    def fn(
-        predicted: torch.Tensor, next_features: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor
-    ) -> ChunkResult:
-        with torch.no_grad():
-            labels = head(next_features)
-        logits = draft.logits(predicted)
-        if objective.loss is None:
-            w = None if objective.weighting == "fixed" else weights
-            sums, counts, metrics = eagle1_chunk_loss(predicted, next_features, logits, labels, mask, w)
-            alpha = acceptance_sum(logits, None if recomputing() else labels, mask)
-            return sums, counts, {**metrics, "alpha": alpha.repeat(2)}
-        cls, alpha = masked_objective(
-            objective.loss, logits, labels, labels.argmax(-1), weights, mask, kappa=objective.lk_kappa
-        )
-        reg = (eagle1_regression(predicted, next_features) * mask).sum().reshape(1)
-        top1 = _hits(logits, labels.argmax(-1), mask)
-        n = mask.sum().float().reshape(1)
-        return torch.cat([reg, cls]), n.repeat(2), {"top1": top1.repeat(2), "alpha": alpha.repeat(2)}
-
-    return fn
-
-
-def _hits(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Correct top-1 predictions `[1]` on `mask` (0 while `recomputing()`)."""
-    if recomputing():
-        return logits.new_zeros(1, dtype=torch.float32)
-    with torch.no_grad():
-        return ((logits.argmax(-1) == labels) & mask).sum().float().reshape(1)
-
-
-def _eagle3_chunk(
-    draft: Eagle3Draft, head: Callable[[torch.Tensor], torch.Tensor], objective: ObjectiveConfig
-) -> Callable[..., ChunkResult]:
-    """Every TTT step's loss on one chunk of c columns: `(draft output of step s [B, c, H] for each of the S
-    steps, the target's final states read by the steps [B, c, H, S] (see `loss_terms`), masks [B, c, S],
-    weights [B, c, S])` -> `(sums [S], counts [S], {"top1": [S], "alpha": [S]})`."""
-
-    def fn(*parts: torch.Tensor) -> ChunkResult:
-        *hidden, windows, masks, weights = parts
-        c = windows.shape[1]
-        with torch.no_grad():  # the c+S-1 distinct states, then the target's logits over them, once
-            states = torch.cat([windows[..., 0], windows[:, -1, :, 1:].transpose(1, 2)], dim=1)
-            target_logits = head(states)
-        out = [
-            _eagle3_step(
-                draft, objective, draft.logits(h), target_logits[:, s : s + c], masks[..., s], weights[..., s]
-            )
-            for s, h in enumerate(hidden)
-        ]
-        sums, counts = torch.cat([o[0] for o in out]), torch.cat([o[1] for o in out])
-        return sums, counts, {name: torch.cat([o[2][name] for o in out]) for name in ("top1", "alpha")}
-
-    return fn
-
-
-def _eagle3_step(
-    draft: Eagle3Draft,
-    objective: ObjectiveConfig,
-    logits: torch.Tensor,
-    target_logits: torch.Tensor,
-    mask: torch.Tensor,
-    weights: torch.Tensor,
-) -> ChunkResult:
-    """One TTT step's `(sum [1], count [1], {"top1": [1], "alpha": [1]})` from the draft's logits `[B, c, Vd]` and
-    the target's `[B, c, V]` at the positions the step predicts."""
-    if objective.loss is None:
-        w = None if objective.weighting == "fixed" else weights
-        loss, count, hit, alpha = eagle3_step_loss(logits, target_logits, mask, draft.t2d, w)
-        return loss.reshape(1), count.reshape(1), {"top1": hit.reshape(1), "alpha": alpha.reshape(1)}
-    with torch.no_grad():
-        target, kept = _target_view(draft, target_logits)
-    labels = target.argmax(-1)
-    loss, alpha = masked_objective(
-        objective.loss, logits, target, labels, weights * kept, mask & kept, kappa=objective.lk_kappa
-    )
-    return loss, mask.sum().float().reshape(1), {"top1": _hits(logits, labels, mask & kept), "alpha": alpha}
 
 
 class _Eagle3Train(Eagle3Draft):
@@ -339,10 +258,11 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
 
 
 def cache_layers(cfg: EagleRecipe, target: FrozenTarget) -> list[LayerId]:
-    """What an offline cache must hold for this recipe: the feature taps, and `final` for the logits."""
+    """What an offline cache must hold for this recipe: the feature taps, and `final` for the soft labels."""
     if cfg.draft.version == 1:
         return ["final"]
-    return taps_and_final(cfg.draft.feature_layers, lambda: default_feature_layers(target.num_layers))
+    layers = taps_and_final(cfg.draft.feature_layers, lambda: default_feature_layers(target.num_layers))
+    return layers if cfg.draft.labels == "target" else layers[:-1]
 
 
 def build_method(cfg: EagleRecipe, target: FrozenTarget, data: DataBundle) -> EagleMethod:

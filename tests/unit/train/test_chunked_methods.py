@@ -191,6 +191,52 @@ def test_eagle3_with_a_reduced_draft_vocabulary(small_target):
     check(method, b, oracle, {target.vocab_size, vd})
 
 
+def test_eagle3_on_the_data_s_next_tokens(small_target):
+    """`draft.labels: data`: each step's cross-entropy on the data's token x_{t+s+2}, against a per-position
+    loop; labels outside the reduced draft vocabulary dropped, positions without a label token not counted."""
+    target = small_target
+    torch.manual_seed(0)
+    vd, steps = 5, 3
+    cfg = EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps, labels="data")
+    draft = _Eagle3Train(cfg, target.model.config, vd)
+    b = batch(target.vocab_size)
+    ids, real = b["input_ids"], b["attention_mask"].bool()
+    draft.set_vocab_map(*build_vocab_map(torch.bincount(ids.flatten(), minlength=target.vocab_size), vd))
+    draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
+    draft.attach_target(target.embed_tokens, target.head)
+    method = EagleMethod(target, draft, loss_chunk=CHUNK)
+    to_draft = {int(t): i for i, t in enumerate(draft.to_target_ids(torch.arange(vd)))}
+    assert len(set(ids[real].tolist()) - set(to_draft)) > 0  # some labels fall outside the vocabulary
+
+    def oracle() -> tuple[torch.Tensor, dict]:
+        feats, _ = target.forward(ids, b["attention_mask"], (1, 2, 3))
+        step_logits = draft.unroll(torch.cat([feats[i] for i in (1, 2, 3)], -1), ids)
+        sums, hits, alpha, counts = [], [], [], []
+        for s, m in enumerate(step_masks(b, steps)):
+            loss, hit, a, n = torch.zeros(()), 0.0, 0.0, 0
+            for r in range(ids.shape[0]):
+                for t in range(T):
+                    k = t + s + 2
+                    if not (m[r, t] and k < T and real[r, k]):
+                        continue
+                    n += 1
+                    if int(ids[r, k]) not in to_draft:
+                        continue
+                    label = to_draft[int(ids[r, k])]
+                    log_q = torch.log_softmax(step_logits[s][r, t], -1)
+                    loss = loss - log_q[label]
+                    hit += float(int(log_q.argmax()) == label)
+                    a += float(log_q[label].detach().exp())
+            sums.append(loss)
+            hits.append(hit)
+            alpha.append(a)
+            counts.append(n)
+        assert method.token_counts(b).tolist() == counts
+        return torch.stack(sums), {"top1": torch.tensor(hits), "alpha": torch.tensor(alpha)}
+
+    check(method, b, oracle, {target.vocab_size, vd})
+
+
 def test_mtp(small_target):
     target = small_target
     torch.manual_seed(0)

@@ -16,7 +16,7 @@ from draftsmith.config.loader import load_config
 from draftsmith.models.target import FrozenTarget, TargetConfig, feature_key
 from draftsmith.train.cache.build import build_cache, finish_index
 from draftsmith.train.cache.store import CacheError, FeatureCache, decode, encode, plan_shards
-from draftsmith.train.core.data import build_datasets, collate
+from draftsmith.train.core.data import build_datasets, collate, sample_lengths
 from draftsmith.train.eagle import RECIPE as EAGLE_RECIPE
 from draftsmith.train.eagle import build_method as build_eagle
 from draftsmith.train.medusa import RECIPE as MEDUSA_RECIPE
@@ -82,6 +82,7 @@ def test_cache_holds_the_targets_features_for_the_recipe(tiny_toy_target, bf16_c
     for split, online in (("train", data.train), ("eval", data.eval)):
         cached = cache.dataset(split)
         assert len(cached) == len(online) > 0
+        assert sample_lengths(cached) == [len(online[i]["input_ids"]) for i in range(len(online))] != []
         for i in (0, len(online) - 1):
             item = cached[i]
             assert torch.equal(item["input_ids"], online[i]["input_ids"])
@@ -221,6 +222,21 @@ def test_training_batches_from_the_cache_give_the_online_loss(tiny_toy_target, b
     torch.testing.assert_close(b, a, rtol=2**-6, atol=1e-3)
     with pytest.raises(RuntimeError, match="without its decoder layers"):
         method_cached.loss_terms(method_cached.model, online)
+
+
+def test_eagle3_with_data_labels_caches_no_final_state():
+    from draftsmith.train.eagle import cache_layers as eagle_layers
+
+    taps = ["target.path=t", "draft.feature_layers=[1,2,3]"]
+    assert eagle_layers(load_config(EAGLE_RECIPE, None, taps), None) == [1, 2, 3, "final"]  # type: ignore[arg-type]
+    data = load_config(EAGLE_RECIPE, None, [*taps, "draft.labels=data"])
+    assert eagle_layers(data, None) == [1, 2, 3]  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="draft.labels=data is EAGLE-3's option"):
+        load_config(EAGLE_RECIPE, None, [*taps, "draft.labels=data", "draft.version=1"])
+    for bad in ("objective.loss=kl", "objective.weighting=dpace"):
+        with pytest.raises(ValueError, match="needs the target's distribution"):
+            load_config(EAGLE_RECIPE, None, [*taps, "draft.labels=data", bad])
+    load_config(EAGLE_RECIPE, None, [*taps, "draft.labels=data", "objective.loss=ce"])  # the same loss
 
 
 def test_drafters_that_need_the_live_target_refuse_a_cache(tiny_toy_target):

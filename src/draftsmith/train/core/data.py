@@ -301,6 +301,13 @@ def left_pad(
     return ids.to(device), mask.to(device)
 
 
+def sample_lengths(dataset: Any) -> list[int]:
+    """Each sample's token count (an offline cache's `tokens_only()` view: no features decoded)."""
+    tokens_only = getattr(dataset, "tokens_only", None)
+    dataset = tokens_only() if tokens_only is not None else dataset
+    return [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
+
+
 def collate(samples: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad samples to the longest one.
 

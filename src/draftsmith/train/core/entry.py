@@ -99,6 +99,7 @@ def _train(
         target = FrozenTarget.load(cfg.target, accelerator.device)
         data = build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=progress)
     method = recipe.build_method(cfg, target, data)  # before sharding: drafters may copy target weights
+    method.loss_chunk = cfg.train.loss_chunk_tokens
     check_served(method, target, cfg.train.allow_unserved)
     method.model.to(accelerator.device)
     kind = shard_kind(accelerator)

@@ -33,7 +33,7 @@ from .checkpointing import (
     save_checkpoint,
     trainable_bytes,
 )
-from .data import collate
+from .data import collate, sample_lengths
 from .distributed import configure_deepspeed, shard_kind
 from .finite import check_finite
 from .method import TrainingMethod
@@ -140,9 +140,7 @@ def run_training(
     `trust_pickle`: resume from a checkpoint holding pickle files (see checkpointing.resolve_resume).
     """
     resume_from = _prepare_directory(accelerator, method, output_dir, resume, trust_pickle)
-    run, trainable = _build(
-        method, accelerator, train, log, config_yaml, output_dir, len(train_dataset), seed
-    )
+    run, trainable = _build(method, accelerator, train, log, config_yaml, output_dir, train_dataset, seed)
     step = _resume(run, resume_from, len(train_dataset)) if resume_from is not None else 0
     if accelerator.is_main_process:
         (output_dir / "config.yaml").write_text(config_yaml)
@@ -257,13 +255,19 @@ def _build(
     log: LogConfig,
     config_yaml: str,
     output_dir: Path,
-    num_samples: int,
+    train_dataset: Any,
     seed: int,
 ) -> tuple[_Run, int]:
     """The step schedule, the optimizer and LR schedule over the method's parameter groups, the model prepared
     by accelerate, and the trackers; returns the run and its number of trainable parameters."""
     schedule = StepSchedule(
-        num_samples, train.micro_batch_size, train.grad_accum, accelerator.num_processes, seed, train.shuffle
+        len(train_dataset),
+        train.micro_batch_size,
+        train.grad_accum,
+        accelerator.num_processes,
+        seed,
+        train.shuffle,
+        sample_lengths(train_dataset) if train.group_by_length else None,
     )
     total_steps = train.max_steps or max(1, math.ceil(train.epochs * schedule.steps_per_epoch))
     # A method may split its parameters into groups with their own `lr_scale` and `start_step` (the group

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from draftsmith.models.checkpoint import save_drafter
+from draftsmith.models.chunking import LOSS_CHUNK_TOKENS
 
 if TYPE_CHECKING:
     from draftsmith.models.target import FrozenTarget
@@ -31,6 +32,9 @@ class TrainingMethod:
     # Generates with the draft during training (on-policy distillation): each rank needs the whole draft, so
     # FSDP-sharded drafts are refused.
     generates: bool = False
+    # Tokens whose vocabulary-sized logits exist at once in the method's chunked loss (`chunked_loss`); the
+    # loop sets it from `train.loss_chunk_tokens`.
+    loss_chunk: int = LOSS_CHUNK_TOKENS
 
     @property
     def kind(self) -> str:

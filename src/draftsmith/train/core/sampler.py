@@ -8,7 +8,13 @@ replay of the data: the position is a pure function of (seed, step).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+
+# Length grouping sorts each window of this many steps' samples by length: wide enough that a step's samples
+# are close in length, narrow enough that each window is still a random draw of the data.
+GROUP_STEPS = 32
 
 
 class StepSchedule:
@@ -25,6 +31,12 @@ class StepSchedule:
         world_size: number of ranks.
         seed: shuffling seed.
         shuffle: False keeps dataset order (epochs then repeat identically).
+        lengths: per-sample lengths to group by (`train.group_by_length`), or None. Each epoch's permutation is
+            then cut into windows of `GROUP_STEPS` steps, each window sorted by length and split into steps,
+            and the steps shuffled: a step's samples are close in length (the collator pads to the longest),
+            the order of steps stays random, and an epoch still trains the same samples as without grouping.
+            (transformers' LengthGroupedSampler sorts the same way but leaves the batches of a window in
+            length order, a curriculum inside every window.)
     """
 
     def __init__(
@@ -35,6 +47,7 @@ class StepSchedule:
         world_size: int,
         seed: int,
         shuffle: bool = True,
+        lengths: Sequence[int] | None = None,
     ):
         self.num_samples = num_samples
         self.micro_batch_size = micro_batch_size
@@ -50,6 +63,9 @@ class StepSchedule:
                 f"{world_size} processes): add data or lower train.micro_batch_size / train.grad_accum"
             )
         self.steps_per_epoch = num_samples // self.samples_per_step
+        if lengths is not None and len(lengths) != num_samples:
+            raise ValueError(f"got {len(lengths)} sample lengths for {num_samples} samples")
+        self.lengths = None if lengths is None else torch.as_tensor(list(lengths), dtype=torch.long)
         self._epoch = -1
         self._perm = torch.arange(num_samples)
 
@@ -60,8 +76,24 @@ class StepSchedule:
                 g = torch.Generator().manual_seed(self.seed + epoch)
                 self._perm = torch.randperm(self.num_samples, generator=g)
             else:
-                self._perm = torch.arange(self.num_samples)
+                g, self._perm = None, torch.arange(self.num_samples)
+            if self.lengths is not None:
+                self._perm = self._grouped(self._perm, g)
         return self._perm
+
+    def _grouped(self, perm: torch.Tensor, g: torch.Generator | None) -> torch.Tensor:
+        """`perm` with its trained part (the whole steps) regrouped by length (see `lengths` above); the tail
+        that fills no step, which an epoch skips, stays the same."""
+        assert self.lengths is not None
+        n = self.steps_per_epoch * self.samples_per_step
+        window = GROUP_STEPS * self.samples_per_step
+        steps = []
+        for start in range(0, n, window):
+            part = perm[start : min(n, start + window)]
+            order = torch.sort(self.lengths[part], descending=True, stable=True).indices
+            steps += list(part[order].split(self.samples_per_step))
+        order = torch.randperm(len(steps), generator=g) if g is not None else torch.arange(len(steps))
+        return torch.cat([steps[i] for i in order.tolist()] + [perm[n:]])
 
     def epoch_of(self, step: int) -> int:
         return step // self.steps_per_epoch

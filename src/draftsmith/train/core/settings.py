@@ -28,6 +28,21 @@ class TrainConfig:
         default="no", metadata={"help": "Autocast precision for forward passes; 'no' = float32."}
     )
     shuffle: bool = field(default=True, metadata={"help": "Reshuffle the training set every epoch."})
+    group_by_length: bool = field(
+        default=False,
+        metadata={
+            "help": "Batch samples of similar length together (less padding; steps still in random order): "
+            "each epoch's shuffled samples are sorted by length in windows of 32 steps."
+        },
+    )
+    loss_chunk_tokens: int = field(
+        default=256,
+        metadata={
+            "help": "Tokens (rows x positions) whose vocabulary-sized logits exist at once in a chunked loss: "
+            "memory against speed, the loss is the same for any value (256: 128 MiB of float32 logits at a "
+            "128k vocabulary; EAGLE-3 gives each TTT step 1/S of them)."
+        },
+    )
     allow_unserved: bool = field(
         default=False,
         metadata={
@@ -45,6 +60,8 @@ class TrainConfig:
             raise ValueError(
                 f"train.max_steps must be >= 1 (or null: as many steps as train.epochs take), got {self.max_steps}"
             )
+        if self.loss_chunk_tokens < 1:
+            raise ValueError(f"train.loss_chunk_tokens must be >= 1 (e.g. 256), got {self.loss_chunk_tokens}")
         if not self.epochs > 0:
             raise ValueError(f"train.epochs must be > 0, got {self.epochs}")
         if not self.lr > 0:
