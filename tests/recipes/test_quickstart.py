@@ -10,6 +10,18 @@ import pytest
 from draftsmith.scripts import quickstart
 
 
+@pytest.fixture(autouse=True)
+def fresh_accelerator_state():
+    """The quickstart runs in a process of its own: accelerate keeps one AcceleratorState per process and refuses
+    an Accelerator of another mixed precision than an earlier test's (the quickstart trains in bf16 where the
+    CPU has it natively), so the state starts empty here, as accelerate's own test cases reset it."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 @pytest.fixture
 def tiny_budget(monkeypatch):
     budget = quickstart.Budget(prompts=12, answer_tokens=24, epochs=1.0, eval_prompts=2, eval_tokens=16)

