@@ -49,6 +49,8 @@ class Conversation:
         source: where it came from, `"<file>:<record index>"`, for error messages.
         id: the record's own id (`id`, `question_id` or `task_id`) when it has one.
         tools: tool JSON schemas offered to the model (passed to the chat template), if any.
+        category: the record's `category` string (MT-bench's eight, the built-in prompts' kinds), if any: the
+            evaluator reports tau per category.
     """
 
     messages: list[dict[str, str]]
@@ -56,6 +58,7 @@ class Conversation:
     source: str = ""
     id: str | None = None
     tools: list[dict[str, Any]] | None = None
+    category: str | None = None
 
 
 def detect_format(record: dict[str, Any], where: str) -> str:
@@ -93,7 +96,12 @@ def _convert(
                 f"{where}: format {fmt!r} needs keys {' or '.join(' + '.join(k) for k in FORMAT_KEYS[fmt])}; "
                 f"found keys {sorted(record)}. Pass the right format, or fix the record."
             )
-        out.extend(_CONVERTERS[fmt](record, where))
+        convs = _CONVERTERS[fmt](record, where)
+        category = record.get("category")
+        if isinstance(category, str) and category:  # any other shape is a field the loader does not use
+            for conv in convs:
+                conv.category = category
+        out.extend(convs)
     if seen == 0 and limit != 0:
         raise ValueError(f"{label}: no records found; expected at least one record")
     return out[:limit] if limit is not None else out

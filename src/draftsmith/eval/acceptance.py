@@ -172,7 +172,7 @@ def evaluate(
                 if args.baseline
                 else None
             )
-            turns.append(TurnResult(item, k, len(prompt), spec, base, prompt))
+            turns.append(TurnResult(item, k, len(prompt), spec, base, prompt, conv.category))
             text_ids = [t for t in spec.tokens if t not in stop_ids]
             answers.append(target.tokenizer.decode(text_ids, skip_special_tokens=True))
         running = summarize(turns)["tau"] if turns else None

@@ -1,7 +1,11 @@
 """The acceptance report: metrics of ALGORITHMS.md 9.6 from the decoding loop's step records.
 
 tau                 tokens committed per verification forward, bonus/correction token included, prefill
-                    excluded: sum(step tokens) / sum(steps)  (vanilla decoding = 1.00)
+                    excluded, POOLED over the answers: sum(step tokens) / sum(steps) (vanilla decoding = 1.00);
+                    what vLLM and SGLang print (their mean acceptance length)
+tau_per_request     the MEAN over answers of each answer's own tau (what SpecForge's benchmarks print): long
+                    answers weigh as much as short ones, so two drafters can rank differently under the two
+by_category         tau (pooled and per request) and answers per data `category` (e.g. MT-bench's eight)
 alpha               accepted draft tokens / draft tokens sent for verification (every tree node counts)
 acceptance_by_depth P(a draft token at depth d is accepted | the path was accepted to depth d-1), over the
                     steps whose tree reached depth d
@@ -30,6 +34,7 @@ class TurnResult:
     spec: Generation
     baseline: Generation | None = None
     prompt: list[int] | None = None  # the prompt's token ids (engine-eval sends the same ids to the engine)
+    category: str | None = None  # the record's `category`, if any
 
 
 def acceptance_by_depth(generations: Sequence[Generation]) -> list[float | None]:
@@ -56,6 +61,30 @@ def _rate(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
+def tau_per_request(generations: Sequence[Generation]) -> float | None:
+    """The mean over answers of each answer's tau (answers without a verification step skipped)."""
+    taus = [g.step_tokens / len(g.steps) for g in generations if g.steps]
+    return sum(taus) / len(taus) if taus else None
+
+
+def by_category(turns: Sequence[TurnResult]) -> dict[str, dict[str, Any]]:
+    """`{category: {"answers", "tau", "tau_per_request"}}` for the turns that carry a category, sorted by name."""
+    groups: dict[str, list[TurnResult]] = {}
+    for t in turns:
+        if t.category is not None:
+            groups.setdefault(t.category, []).append(t)
+    out = {}
+    for name in sorted(groups):
+        gens = [t.spec for t in groups[name]]
+        steps = sum(len(g.steps) for g in gens)
+        out[name] = {
+            "answers": len(gens),
+            "tau": _rate(sum(g.step_tokens for g in gens), steps),
+            "tau_per_request": tau_per_request(gens),
+        }
+    return out
+
+
 def summarize(turns: Sequence[TurnResult]) -> dict[str, Any]:
     """The report's metrics over `turns` (the `settings` and `per_prompt` keys are added by the caller)."""
     gens = [t.spec for t in turns]
@@ -72,6 +101,8 @@ def summarize(turns: Sequence[TurnResult]) -> dict[str, Any]:
     return {
         "tau": _rate(sum(s.committed for s in steps), len(steps)),
         "tau_stderr": tau_stderr(gens),
+        "tau_per_request": tau_per_request(gens),
+        "by_category": by_category(turns),
         "alpha": _rate(sum(s.accepted for s in steps), sum(s.draft_tokens for s in steps)),
         "acceptance_by_depth": acceptance_by_depth(gens),
         "target_forwards": len(gens) + len(steps),
@@ -117,8 +148,9 @@ def markdown(report: dict[str, Any]) -> str:
         ("tree / depth", f"{s['tree']} / {s['depth']}"),
         ("temperature / top-p / top-k", f"{s['temperature']} / {s['top_p']} / {s['top_k']}"),
         ("prompts (turns)", f"{report['num_prompts']} ({report['num_turns']})"),
-        ("tau (tokens per verification forward)", fmt_value(report["tau"])),
+        ("tau (tokens per verification forward, pooled: vLLM's and SGLang's)", fmt_value(report["tau"])),
         ("tau standard error (over answers)", fmt_value(report["tau_stderr"])),
+        ("tau, mean per answer (SpecForge's)", fmt_value(report.get("tau_per_request"))),
         ("alpha (accepted / drafted)", fmt_value(report["alpha"])),
         ("acceptance by depth", " ".join(fmt_value(a, 2) for a in report["acceptance_by_depth"]) or "-"),
         ("target forwards (prefill + verify)", report["target_forwards"]),
@@ -135,6 +167,13 @@ def markdown(report: dict[str, Any]) -> str:
             ("Medusa-2 drift: greedy answers changed", f"{drift['greedy_changed']} of {drift['prompts']}")
         )
     lines = ["| metric | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    categories = report.get("by_category") or {}
+    if categories:
+        lines += ["", "| category | answers | tau (pooled) | tau (mean per answer) |", "|---|---|---|---|"]
+        lines += [
+            f"| {name} | {c['answers']} | {fmt_value(c['tau'])} | {fmt_value(c['tau_per_request'])} |"
+            for name, c in categories.items()
+        ]
     return "\n".join(lines)
 
 

@@ -79,7 +79,11 @@ def test_mt_bench_two_turns_report_plot_and_lossless_check(tiny_toy_target, shar
     assert report["settings"]["seed"] == 0 and report["settings"]["versions"]["torch"] == torch.__version__
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
-    assert "| tau (tokens per verification forward) |" in out
+    assert "| tau (tokens per verification forward, pooled: vLLM's and SGLang's) |" in out
+    # MT-bench's `category`: both items are "writing", so that row is the whole report's pooled tau
+    assert set(report["by_category"]) == {"writing"} and report["by_category"]["writing"]["answers"] == 4
+    assert report["by_category"]["writing"]["tau"] == pytest.approx(report["tau"])
+    assert "| category | answers | tau (pooled) | tau (mean per answer) |" in out
 
 
 def test_second_turn_is_conditioned_on_the_models_own_first_answer():
