@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 # CPU flags (Linux /proc/cpuinfo) of native bfloat16 dot products. Without them oneDNN emulates bfloat16, which
-# is slower than float32; with them a bfloat16 product ran 4-6x faster than float32 here (docs/BENCHMARKS.md).
+# is slower than float32; with them a bfloat16 product ran 3.8-4.8x faster than float32 here (docs/BENCHMARKS.md).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 

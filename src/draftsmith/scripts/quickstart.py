@@ -173,7 +173,7 @@ class StageClock:
 
 def pipeline_dtype(choice: str) -> str:
     """The answers', cache's and training's precision for `--dtype`: `auto` is bfloat16 where this machine
-    multiplies it natively (a bfloat16 product ran 4-6x faster than float32 on the 2-core machine of
+    multiplies it natively (a bfloat16 product ran 3.8-4.8x faster than float32 on the 2-core machine of
     docs/BENCHMARKS.md), float32 elsewhere (emulated bfloat16 is slower than float32)."""
     if choice != "auto":
         return choice
