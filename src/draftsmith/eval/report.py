@@ -6,6 +6,8 @@ tau                 tokens committed per verification forward, bonus/correction 
 tau_per_request     the MEAN over answers of each answer's own tau (what SpecForge's benchmarks print): long
                     answers weigh as much as short ones, so two drafters can rank differently under the two
 by_category         tau (pooled and per request) and answers per data `category` (e.g. MT-bench's eight)
+by_context          steps, tau and alpha per context-length bucket (the tokens before a step: prompt and answer
+                    so far; buckets end at 512, 1k, 2k, ... 256k tokens), over the steps in the bucket
 alpha               accepted draft tokens / draft tokens sent for verification (every tree node counts)
 acceptance_by_depth P(a draft token at depth d is accepted | the path was accepted to depth d-1), over the
                     steps whose tree reached depth d
@@ -67,6 +69,38 @@ def tau_per_request(generations: Sequence[Generation]) -> float | None:
     return sum(taus) / len(taus) if taus else None
 
 
+CONTEXT_BUCKETS = tuple(
+    512 * 2**k for k in range(10)
+)  # 512 .. 262,144 tokens: the largest vocabularies' models
+
+
+def by_context(generations: Sequence[Generation]) -> list[dict[str, Any]]:
+    """`[{"context", "steps", "tau", "alpha"}]` per context-length bucket with steps, shortest first; a step's
+    context is the tokens before it (its KV cache plus the last committed token)."""
+    groups: dict[int, list[Any]] = {}
+    for g in generations:
+        for step in g.steps:
+            context = step.cache_len + 1
+            k = next((i for i, b in enumerate(CONTEXT_BUCKETS) if context <= b), len(CONTEXT_BUCKETS))
+            groups.setdefault(k, []).append(step)
+    rows = []
+    for k in sorted(groups):
+        steps = groups[k]
+        if k == len(CONTEXT_BUCKETS):
+            name = f">{CONTEXT_BUCKETS[-1]}"
+        else:
+            name = f"{CONTEXT_BUCKETS[k - 1] + 1 if k else 1}-{CONTEXT_BUCKETS[k]}"
+        rows.append(
+            {
+                "context": name,
+                "steps": len(steps),
+                "tau": _rate(sum(s.committed for s in steps), len(steps)),
+                "alpha": _rate(sum(s.accepted for s in steps), sum(s.draft_tokens for s in steps)),
+            }
+        )
+    return rows
+
+
 def by_category(turns: Sequence[TurnResult]) -> dict[str, dict[str, Any]]:
     """`{category: {"answers", "tau", "tau_per_request"}}` for the turns that carry a category, sorted by name."""
     groups: dict[str, list[TurnResult]] = {}
@@ -103,6 +137,7 @@ def summarize(turns: Sequence[TurnResult]) -> dict[str, Any]:
         "tau_stderr": tau_stderr(gens),
         "tau_per_request": tau_per_request(gens),
         "by_category": by_category(turns),
+        "by_context": by_context(gens),
         "alpha": _rate(sum(s.accepted for s in steps), sum(s.draft_tokens for s in steps)),
         "acceptance_by_depth": acceptance_by_depth(gens),
         "target_forwards": len(gens) + len(steps),
@@ -173,6 +208,13 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [
             f"| {name} | {c['answers']} | {fmt_value(c['tau'])} | {fmt_value(c['tau_per_request'])} |"
             for name, c in categories.items()
+        ]
+    contexts = report.get("by_context") or []
+    if len(contexts) > 1:  # one bucket says no more than the table above
+        lines += ["", "| context tokens | steps | tau | alpha |", "|---|---|---|---|"]
+        lines += [
+            f"| {c['context']} | {c['steps']} | {fmt_value(c['tau'])} | {fmt_value(c['alpha'])} |"
+            for c in contexts
         ]
     return "\n".join(lines)
 

@@ -9,7 +9,7 @@ import pytest
 
 from draftsmith.data.conversations import read_conversations
 from draftsmith.eval.decoder import Generation, Step
-from draftsmith.eval.report import TurnResult, markdown, summarize, tau_per_request, tau_stderr
+from draftsmith.eval.report import TurnResult, by_context, markdown, summarize, tau_per_request, tau_stderr
 
 
 def gen(committed: list[int]) -> Generation:
@@ -84,3 +84,23 @@ def test_categories_are_read_from_records_and_shown_in_the_table(tmp_path):
     table = markdown(report)
     assert "| tau, mean per answer (SpecForge's) | 2.000 |" in table
     assert "| writing | 1 | 2.000 | 2.000 |" in table
+
+
+def test_tau_and_alpha_by_context_length_bucket_by_hand():
+    def step(cache_len: int, committed: int) -> Step:
+        return Step(4, 4, committed - 1, committed, cache_len, 0, 0)
+
+    # contexts (cache + 1): 100 and 512 -> "1-512"; 513 and 900 -> "513-1024"; 300,000 -> ">262144"
+    g1 = Generation(tokens=[0] * 9, steps=[step(99, 3), step(511, 1), step(512, 2)])
+    g2 = Generation(tokens=[0] * 9, steps=[step(899, 4), step(299_999, 5)])
+    rows = by_context([g1, g2])
+    assert [(r["context"], r["steps"]) for r in rows] == [("1-512", 2), ("513-1024", 2), (">262144", 1)]
+    assert [r["tau"] for r in rows] == [pytest.approx(2.0), pytest.approx(3.0), pytest.approx(5.0)]
+    assert [r["alpha"] for r in rows] == [pytest.approx(2 / 8), pytest.approx(4 / 8), pytest.approx(4 / 4)]
+    # The buckets partition the steps: their step-weighted tau is the pooled tau.
+    report = summarize([TurnResult("a", 0, 90, g1), TurnResult("b", 0, 90, g2)])
+    pooled = sum(r["tau"] * r["steps"] for r in report["by_context"]) / sum(r["steps"] for r in rows)
+    assert report["tau"] == pytest.approx(pooled) == pytest.approx(15 / 5)
+    settings = {"drafter": "d", "tree": "chain", "depth": 4, "temperature": 0, "top_p": 1, "top_k": 0}
+    table = markdown({**report, "settings": settings, "num_prompts": 2, "num_turns": 2, "lossless": None})
+    assert "| context tokens | steps | tau | alpha |" in table and "| 513-1024 | 2 | 3.000 | 0.500 |" in table
