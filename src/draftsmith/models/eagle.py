@@ -56,8 +56,8 @@ class EagleConfig:
             "help": "EAGLE-3: what each draft position learns. target: the frozen target's distribution (soft "
             "cross-entropy; the offline cache holds the target's last state). data: the data's next token "
             "(cross-entropy; no target head in training, no last state cached): the same argmax when the data "
-            "are the target's own greedy answers (`draftsmith data regenerate --temperature 0`), at about "
-            "half the cost of a step."
+            "are the target's own greedy answers (`draftsmith data regenerate --temperature 0`), at 0.65x the "
+            "step time on SmolLM2 (docs/BENCHMARKS.md)."
         },
     )
     layer: Literal["llama", "qwen3"] = field(

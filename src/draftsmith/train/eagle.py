@@ -35,7 +35,7 @@ from draftsmith.models.objectives import (
 from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget, LayerId
 from draftsmith.runtime.errors import run_main
-from draftsmith.train.core.data import DataBundle
+from draftsmith.train.core.data import DataBundle, tokens_view
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import LoopResult
 from draftsmith.train.core.method import TrainingMethod
@@ -234,10 +234,9 @@ class _Eagle3Train(Eagle3Draft):
 def assistant_token_counts(dataset: object, vocab_size: int) -> torch.Tensor:
     """How often each token id is a trained (assistant) token in `dataset` (EAGLE-3's vocabulary scan)."""
     counts = torch.zeros(vocab_size, dtype=torch.long)
-    tokens_only = getattr(dataset, "tokens_only", None)  # an offline cache: skip decoding its features
-    dataset = tokens_only() if tokens_only is not None else dataset
-    for i in range(len(dataset)):  # type: ignore[arg-type]
-        sample = dataset[i]  # type: ignore[index]
+    view = tokens_view(dataset)
+    for i in range(len(view)):
+        sample = view[i]
         ids = torch.as_tensor(sample["input_ids"])[torch.as_tensor(sample["loss_mask"]).bool()]
         counts += torch.bincount(ids, minlength=vocab_size)
     return counts

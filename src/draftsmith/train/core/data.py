@@ -301,10 +301,16 @@ def left_pad(
     return ids.to(device), mask.to(device)
 
 
-def sample_lengths(dataset: Any) -> list[int]:
-    """Each sample's token count (an offline cache's `tokens_only()` view: no features decoded)."""
+def tokens_view(dataset: Any) -> Any:
+    """`dataset` for reading token ids only: an offline cache's `tokens_only()` view (no features decoded), or
+    the dataset itself."""
     tokens_only = getattr(dataset, "tokens_only", None)
-    dataset = tokens_only() if tokens_only is not None else dataset
+    return tokens_only() if tokens_only is not None else dataset
+
+
+def sample_lengths(dataset: Any) -> list[int]:
+    """Each sample's token count."""
+    dataset = tokens_view(dataset)
     return [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
 
 
