@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import sys
 from pathlib import Path
 
@@ -103,4 +104,36 @@ def straight(tiny_toy_target, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("straight") / "run"
     run_recipe(tiny_toy_target, out, *SHORT)
+    return out
+
+
+@pytest.fixture(scope="session")
+def vllm_env():
+    """vLLM's venv (`draftsmith engine-setup vllm`); skipped without it, failed under DRAFTSMITH_REQUIRE_ENGINE=1
+    (scripts/test.sh sets it after setting the engine up)."""
+    from draftsmith.engines.setup import engine_spec, find_env
+
+    found = find_env(engine_spec("vllm"))
+    if found is None:
+        if os.environ.get("DRAFTSMITH_REQUIRE_ENGINE") == "1":
+            pytest.fail(
+                "DRAFTSMITH_REQUIRE_ENGINE=1 but vLLM is not set up: run `draftsmith engine-setup vllm`"
+            )
+        pytest.skip("vLLM is not set up (`draftsmith engine-setup vllm`)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def smollm2_target(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct as a transformers directory, built from the packaged GGUF (scripts/test.sh installs
+    it); skipped without the package, failed under DRAFTSMITH_REQUIRE_ENGINE=1."""
+    from draftsmith.models import gguf
+
+    out = tmp_path_factory.mktemp("smollm2") / "target"
+    try:
+        gguf.build_packaged("smollm2-135m-instruct", out)
+    except gguf.NotInstalled as err:
+        if os.environ.get("DRAFTSMITH_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"DRAFTSMITH_REQUIRE_ENGINE=1 but {err}")
+        pytest.skip(str(err))
     return out

@@ -9,28 +9,13 @@ setting the engine up), where a missing engine fails it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 from _run import env, run_recipe
 
-from draftsmith.engines.setup import engine_spec, find_env
-
 pytestmark = pytest.mark.engine
-
-
-@pytest.fixture(scope="module")
-def vllm_env():
-    found = find_env(engine_spec("vllm"))
-    if found is None:
-        if os.environ.get("DRAFTSMITH_REQUIRE_ENGINE") == "1":
-            pytest.fail(
-                "DRAFTSMITH_REQUIRE_ENGINE=1 but vLLM is not set up: run `draftsmith engine-setup vllm`"
-            )
-        pytest.skip("vLLM is not set up (`draftsmith engine-setup vllm`)")
-    return found
 
 
 def test_vllm_measures_the_tau_draftsmith_measures(vllm_env, tiny_toy_target, tmp_path):

@@ -117,7 +117,7 @@ def render_conversation(tokenizer: PreTrainedTokenizerBase, conv: Conversation) 
 
 def render_prompt(
     tokenizer: PreTrainedTokenizerBase,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
 ) -> list[int]:
     """Token ids of `messages` followed by the generation prompt: what the target continues at evaluation.
@@ -208,7 +208,7 @@ def _render_by_prefixes(tokenizer: PreTrainedTokenizerBase, conv: Conversation) 
 
 def _render_text(
     tokenizer: PreTrainedTokenizerBase,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     tools: Any,
     add_generation_prompt: bool,
 ) -> str:

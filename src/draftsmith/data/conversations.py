@@ -95,7 +95,7 @@ def read_conversations(source: str, format: str = "auto", limit: int | None = No
     return _convert(_file_records(path), source, format, limit)
 
 
-def prompt_turns(conv: Conversation) -> list[list[dict[str, str]]]:
+def prompt_turns(conv: Conversation) -> list[list[dict[str, Any]]]:
     """The prompts an evaluator sends for `conv`: one per user turn.
 
     Prompt k holds the system messages and the user messages up to and including the k-th user turn, in
@@ -109,8 +109,8 @@ def prompt_turns(conv: Conversation) -> list[list[dict[str, str]]]:
     Returns:
         One message list per user turn; empty when the conversation has no user turn.
     """
-    kept: list[dict[str, str]] = []
-    prompts: list[list[dict[str, str]]] = []
+    kept: list[dict[str, Any]] = []
+    prompts: list[list[dict[str, Any]]] = []
     for message in conv.messages:
         if message["role"] in ("system", "user"):
             kept.append(message)
@@ -119,7 +119,7 @@ def prompt_turns(conv: Conversation) -> list[list[dict[str, str]]]:
     return prompts
 
 
-def with_answers(prompt: list[dict[str, str]], answers: list[str]) -> list[dict[str, str]]:
+def with_answers(prompt: list[dict[str, Any]], answers: list[str]) -> list[dict[str, Any]]:
     """`prompt` (one of `prompt_turns`) with the model's own `answers` inserted after each earlier user turn."""
     out, users = [], 0
     for message in prompt:

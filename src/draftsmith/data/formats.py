@@ -44,7 +44,9 @@ class Conversation:
     """One training or evaluation record.
 
     Attributes:
-        messages: OpenAI-style messages `{"role", "content"}`, roles in ROLES; empty for a text document.
+        messages: OpenAI-style messages `{"role", "content"}`, roles in ROLES; empty for a text document. A
+            `messages` record's assistant turns keep `tool_calls` (OpenAI form) and `reasoning_content`, and its
+            tool turns `tool_call_id` and `name`: the chat template renders what it knows of them.
         text: a plain-text document (then `messages` is empty), trained on every token.
         source: where it came from, `"<file>:<record index>"`, for error messages.
         id: the record's own id (`id`, `question_id` or `task_id`) when it has one.
@@ -53,7 +55,7 @@ class Conversation:
             evaluator reports tau per category.
     """
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     text: str | None = None
     source: str = ""
     id: str | None = None
@@ -130,11 +132,11 @@ def _string_list(value: Any, what: str, where: str) -> list[str]:
     return [_expect(v, str, f"{what}[{k}]", where) for k, v in enumerate(_expect(value, list, what, where))]
 
 
-def _msg(role: str, content: str) -> dict[str, str]:
+def _msg(role: str, content: str) -> dict[str, Any]:
     return {"role": role, "content": content}
 
 
-def _message(role: Any, content: Any, k: int, where: str) -> dict[str, str]:
+def _message(role: Any, content: Any, k: int, where: str) -> dict[str, Any]:
     if not isinstance(role, str) or not role.strip():
         raise ValueError(
             f"{where}: message {k} has a missing or empty role ({role!r}); expected one of {ROLES}"
@@ -162,19 +164,40 @@ def _tools(record: dict[str, Any], where: str) -> list[dict[str, Any]] | None:
     return [_expect(t, dict, f"tools[{k}]", where) for k, t in enumerate(tools)]
 
 
-def _system(record: dict[str, Any], where: str) -> list[dict[str, str]]:
+def _system(record: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return [_msg("system", _expect(record["system"], str, "'system'", where))] if record.get("system") else []
 
 
 def _from_messages(record: dict[str, Any], where: str) -> list[Conversation]:
     messages = [
-        _message(_expect(m, dict, f"message {k}", where).get("role"), m.get("content"), k, where)
+        _openai_message(_expect(m, dict, f"message {k}", where), k, where)
         for k, m in enumerate(_expect(record["messages"], list, "'messages'", where))
     ]
     return [Conversation(messages, source=where, id=_record_id(record), tools=_tools(record, where))]
 
 
-def _sharegpt_turn(turn: Any, k: int, where: str) -> dict[str, str]:
+# The OpenAI message fields kept besides role and content, by role, with their type: chat templates render
+# them (Qwen3's and DeepSeek-R1's render `reasoning_content`, tool-use templates `tool_calls`), and
+# `draftsmith data regenerate --endpoint` writes them as the server returned them.
+_EXTRA_FIELDS: dict[str, dict[str, type]] = {
+    "assistant": {"tool_calls": list, "reasoning_content": str},
+    "tool": {"tool_call_id": str, "name": str},
+}
+
+
+def _openai_message(m: dict[str, Any], k: int, where: str) -> dict[str, Any]:
+    extras = {
+        key: _expect(m[key], kind, f"message {k} {key!r}", where)
+        for key, kind in _EXTRA_FIELDS.get(str(m.get("role")), {}).items()
+        if m.get(key) not in (None, "", [])
+    }
+    content = m.get("content")
+    if content is None and "tool_calls" in extras:  # an assistant turn that only calls tools
+        content = ""
+    return _message(m.get("role"), content, k, where) | extras
+
+
+def _sharegpt_turn(turn: Any, k: int, where: str) -> dict[str, Any]:
     _expect(turn, dict, f"turn {k}", where)
     if "from" not in turn and "role" in turn:  # some ShareGPT exports use OpenAI keys inside `conversations`
         return _message(turn["role"], turn.get("content"), k, where)

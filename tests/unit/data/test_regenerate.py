@@ -46,8 +46,13 @@ def run(target, data, out, *extra):
     return regenerate(args)
 
 
-def greedy_answers(target: FrozenTarget, conv) -> list[str]:
-    """Oracle: one conversation at a time, no padding, `generate` token by token from each rendered prompt."""
+def core(counts: dict) -> dict:
+    return {k: counts[k] for k in ("input", "written", "failed", "skipped")}
+
+
+def greedy_answers(target: FrozenTarget, conv, lengths: list[int] | None = None) -> list[str]:
+    """Oracle: one conversation at a time, no padding, `generate` token by token from each rendered prompt (the
+    number of tokens of each answer appended to `lengths`)."""
     answers: list[str] = []
     stops = stop_token_ids(target)
     for prompt in prompt_turns(conv):
@@ -61,22 +66,30 @@ def greedy_answers(target: FrozenTarget, conv) -> list[str]:
                     break
                 new.append(token)
         answers.append(target.tokenizer.decode(new, skip_special_tokens=True).strip())
+        if lengths is not None:
+            lengths.append(len(new))
     return answers
 
 
 def test_batched_greedy_regeneration_equals_unbatched_decoding(tiny_toy_target, data, tmp_path):
     out = tmp_path / "out.jsonl"
     counts = run(tiny_toy_target, data, out, "--temperature", "0")
-    assert counts == {"input": N + 1, "written": N, "failed": 1, "skipped": 0}
+    assert core(counts) == {"input": N + 1, "written": N, "failed": 1, "skipped": 0}
     rows = [json.loads(line) for line in out.open()]
     target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target)))
     convs = read_conversations(str(data))
+    lengths: list[int] = []
     for row in rows:
         conv = convs[row["index"]]
         got = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
-        assert got == greedy_answers(target, conv)  # left padding and batching change nothing
+        assert got == greedy_answers(target, conv, lengths)  # left padding and batching change nothing
+    # the counts are the oracle's: an answer of 12 tokens without a stop token was cut at --max-new-tokens
+    assert counts["answers"] == len(lengths) == 2 * N
+    assert counts["completion_tokens"] == sum(lengths)
+    assert counts["truncated"] == sum(n == 12 for n in lengths)
+    for row in rows:
         users = [m["content"] for m in row["messages"] if m["role"] == "user"]
-        assert users == [m["content"] for m in conv.messages if m["role"] == "user"]
+        assert users == [m["content"] for m in convs[row["index"]].messages if m["role"] == "user"]
     failed = [json.loads(line) for line in out.with_name("out.jsonl.failed.jsonl").open()]
     assert [f["index"] for f in failed] == [N] and "no user turn" in failed[0]["reason"]
     meta = json.loads(out.with_name("out.jsonl.meta.json").read_text())
@@ -89,10 +102,15 @@ def test_resume_skips_written_rows_and_drops_a_half_written_line(tiny_toy_target
     complete = out.read_text()
     out.write_text(complete + '{"index": 3, "messa')  # and was killed while writing the 4th
     counts = run(tiny_toy_target, data, out)
-    assert counts == {"input": N + 1, "written": N - 3, "failed": 1, "skipped": 3}
+    assert core(counts) == {"input": N + 1, "written": N - 3, "failed": 1, "skipped": 3}
     indices = [json.loads(line)["index"] for line in out.open()]
     assert sorted(indices) == list(range(N)) and out.read_text().startswith(complete)
-    assert run(tiny_toy_target, data, out) == {"input": N + 1, "written": 0, "failed": 0, "skipped": N + 1}
+    assert core(run(tiny_toy_target, data, out)) == {
+        "input": N + 1,
+        "written": 0,
+        "failed": 0,
+        "skipped": N + 1,
+    }
 
 
 def test_resume_with_other_sampling_settings_is_refused(tiny_toy_target, data, tmp_path):

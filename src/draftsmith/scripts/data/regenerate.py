@@ -9,11 +9,22 @@ Every user turn gets a fresh answer conditioned on the target's own earlier answ
 by transformers' `generate` (KV cache, left padding). The output is `messages` JSONL that every recipe reads
 (`data.train=[regenerated.jsonl]`), one record per input conversation with its input `index`.
 
+With `--endpoint URL` the answers come from an OpenAI-compatible chat-completions server instead (vLLM,
+SGLang, TGI, llama.cpp), `--concurrency` conversations in flight: the way to regenerate 100k+ conversations.
+Tool calls survive it: the tools are passed to the server, the model's calls are kept (OpenAI `tool_calls`, or
+the text the model wrote when the server parses none), and a recorded tool result is kept where the model made
+the recorded call (otherwise the conversation ends at the model's own call). A reasoning server's
+`reasoning_content` is kept on the answer, where the target's chat template renders it. A server that stops
+answering stops the run (after --retries) without marking anything failed.
+(scripts/data/regenerate_endpoint.py, data/endpoint.py)
+
 Resumable: rows already in OUT (or in OUT.failed.jsonl) are skipped, so an interrupted run continues where
 it stopped; a half-written last line is dropped first. The sampling settings, the target's identity and
 the counts are stored in OUT.meta.json; resuming with other settings is refused. The counts add up:
 written + failed + skipped = input. A failure (no user turn, tool messages, a prompt too long for the
-target) is recorded in OUT.failed.jsonl with its reason, never silently dropped.
+target, a request the server refused) is recorded in OUT.failed.jsonl with its reason, never silently
+dropped. Besides those counts, the answers, the answers cut at --max-new-tokens (truncated) and the tokens
+are printed and stored.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,7 +41,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from draftsmith.runtime.errors import run_main
+from draftsmith.runtime.errors import UserError, run_main
 from draftsmith.train.core.data import left_pad
 
 META_SUFFIX = ".meta.json"
@@ -53,7 +65,29 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--target", required=True, help="target model: local directory or Hugging Face Hub id")
+    p.add_argument("--target", help="target model: local directory or Hugging Face Hub id (local generation)")
+    p.add_argument(
+        "--endpoint",
+        help="an OpenAI-compatible server serving the target instead, e.g. http://127.0.0.1:8000/v1 (vLLM, "
+        "SGLang, TGI, llama.cpp)",
+    )
+    p.add_argument(
+        "--api-key-env", help="--endpoint: the environment variable holding the API key (sent as Bearer)"
+    )
+    p.add_argument("--model", help="--endpoint: the served model's name (default: the server's only model)")
+    p.add_argument(
+        "--concurrency", type=int, default=16, help="--endpoint: conversations in flight (default 16)"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="--endpoint: seconds per request (default 600)"
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=4,
+        help="--endpoint: retries of a request the server did not answer (unreachable, timeout, 408, 429, 5xx), "
+        "with exponential backoff (default 4); then the run stops, and a rerun continues",
+    )
     p.add_argument("--data", required=True, help="conversations in any format of the data pipeline")
     p.add_argument("--format", default="auto", help="data format (default: detected from the first record)")
     p.add_argument("--out", type=Path, required=True, help="output .jsonl (messages format)")
@@ -61,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling (default 0.95)")
     p.add_argument("--top-k", type=int, default=0, help="top-k sampling, 0 = off (default)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="tokens per answer (default 256)")
-    p.add_argument("--batch-size", type=int, default=16, help="conversations generated together (default 16)")
+    p.add_argument(
+        "--batch-size", type=int, default=16, help="local: conversations generated together (default 16)"
+    )
     p.add_argument("--max-samples", type=int, default=None, help="read at most this many conversations")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (each batch derives its own)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
@@ -110,8 +146,9 @@ def check_meta(path: Path, meta: dict[str, Any]) -> None:
 
 def generate_batch(
     model: Any, tokenizer: Any, prompts: list[list[int]], sampling: Sampling, stop_ids: set[int]
-) -> list[list[int]]:
-    """New token ids for each prompt (the stop token and what follows cut off), left-padded in one batch."""
+) -> list[tuple[list[int], bool]]:
+    """New token ids for each prompt (the stop token and what follows cut off), left-padded in one batch, and
+    whether a stop token ended it (False: cut at max_new_tokens)."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
     ids, mask = left_pad(prompts, pad, model.device)
     width = ids.shape[1]
@@ -129,22 +166,36 @@ def generate_batch(
     )
     answers = []
     for row in out[:, width:].tolist():
-        cut = next((k for k, t in enumerate(row) if t in stop_ids), len(row))
-        answers.append(row[:cut])
+        cut = next((k for k, t in enumerate(row) if t in stop_ids), None)
+        answers.append((row[:cut], cut is not None))
     return answers
 
 
-def regenerate(args: argparse.Namespace) -> dict[str, int]:
-    """Run the regeneration `args` describe; returns the counts (written, failed, skipped, input)."""
+def regenerate(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the regeneration `args` describe; returns the counts (written, failed, skipped, input; answers,
+    truncated, completion_tokens, seconds)."""
+    sampling = Sampling(args.temperature, args.top_p, args.top_k, args.max_new_tokens, args.seed)
+    if sampling.temperature < 0 or not 0 < sampling.top_p <= 1 or sampling.max_new_tokens < 1:
+        raise UserError("need --temperature >= 0, 0 < --top-p <= 1 and --max-new-tokens >= 1")
+    if (args.target is None) == (args.endpoint is None):
+        raise UserError("pass --target DIR (generate here) or --endpoint URL (a serving engine), not both")
+    if args.endpoint is not None:
+        if args.concurrency < 1 or args.retries < 0 or args.timeout <= 0:
+            raise UserError("need --concurrency >= 1, --retries >= 0 and --timeout > 0")
+        from .regenerate_endpoint import regenerate_via_endpoint
+
+        return regenerate_via_endpoint(args, sampling)
+    return regenerate_locally(args, sampling)
+
+
+def regenerate_locally(args: argparse.Namespace, sampling: Sampling) -> dict[str, Any]:
+    """Regenerate with transformers' `generate` on this machine."""
     from transformers import GenerationConfig
 
     from draftsmith.data.chat_render import render_prompt
     from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
     from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
 
-    sampling = Sampling(args.temperature, args.top_p, args.top_k, args.max_new_tokens, args.seed)
-    if sampling.temperature < 0 or not 0 < sampling.top_p <= 1 or sampling.max_new_tokens < 1:
-        raise ValueError("need --temperature >= 0, 0 < --top-p <= 1 and --max-new-tokens >= 1")
     convs = read_conversations(args.data, args.format, args.max_samples)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)
@@ -171,13 +222,21 @@ def regenerate(args: argparse.Namespace) -> dict[str, int]:
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")  # before any row: a resumed run is checked
     done = read_done(out) | read_done(failed_path)
     todo = [i for i in range(len(convs)) if i not in done]
-    counts = {"input": len(convs), "written": 0, "failed": 0, "skipped": len(convs) - len(todo)}
+    counts: dict[str, Any] = {
+        "input": len(convs),
+        "written": 0,
+        "failed": 0,
+        "skipped": len(convs) - len(todo),
+    }
+    counts |= {"answers": 0, "truncated": 0, "completion_tokens": 0}
+    start = time.perf_counter()
     bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=args.no_progress)
     with out.open("a") as rows, failed_path.open("a") as failures:
         for start in range(0, len(todo), args.batch_size):
             batch = todo[start : start + args.batch_size]
             prompts = {i: prompt_turns(convs[i]) for i in batch}
             answers: dict[int, list[str]] = {i: [] for i in batch}
+            lengths = dict.fromkeys(batch, (0, 0))  # tokens generated, answers cut at --max-new-tokens
             failed: dict[int, str] = {}
             for i in batch:
                 if not prompts[i]:
@@ -203,8 +262,9 @@ def regenerate(args: argparse.Namespace) -> dict[str, int]:
                     continue
                 with torch.no_grad():
                     new = generate_batch(model, tokenizer, ids, sampling, stop_ids)
-                for i, tokens in zip(live, new, strict=True):
+                for i, (tokens, stopped) in zip(live, new, strict=True):
                     answers[i].append(tokenizer.decode(tokens, skip_special_tokens=True).strip())
+                    lengths[i] = (lengths[i][0] + len(tokens), lengths[i][1] + (not stopped))
             for i in batch:
                 if i in failed:
                     failures.write(
@@ -217,13 +277,19 @@ def regenerate(args: argparse.Namespace) -> dict[str, int]:
                 record: dict[str, Any] = {"index": i, "messages": messages}
                 if convs[i].tools:
                     record["tools"] = convs[i].tools
+                if convs[i].category:
+                    record["category"] = convs[i].category
                 rows.write(json.dumps(record, ensure_ascii=False) + "\n")
                 counts["written"] += 1
+                counts["answers"] += len(answers[i])
+                counts["completion_tokens"] += lengths[i][0]
+                counts["truncated"] += lengths[i][1]
             rows.flush()
             failures.flush()
             bar.update(len(batch))
     bar.close()
     assert counts["written"] + counts["failed"] + counts["skipped"] == counts["input"]
+    counts["seconds"] = round(time.perf_counter() - start, 2)
     meta["counts"] = counts
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     return counts
@@ -235,7 +301,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"regenerated {args.out}: {counts['written']} written, {counts['failed']} failed "
         f"(see {args.out.name}{FAILED_SUFFIX}), {counts['skipped']} already done, of {counts['input']} "
-        f"conversations; settings in {args.out.name}{META_SUFFIX}"
+        f"conversations; settings and counts in {args.out.name}{META_SUFFIX}"
+    )
+    seconds = counts["seconds"]
+    rate = f", {counts['completion_tokens'] / seconds:.1f} tokens/s" if seconds > 0 else ""
+    extra = (
+        f", {counts['tool_call_differs']} ended where the model's tool call differed from the recorded one"
+        if "tool_call_differs" in counts
+        else ""
+    )
+    print(
+        f"{counts['answers']} answers, {counts['truncated']} cut at --max-new-tokens{extra}; "
+        f"{counts['completion_tokens']} tokens generated in {seconds:.1f} s{rate}"
     )
     return 0
 

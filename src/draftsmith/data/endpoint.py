@@ -1,0 +1,260 @@
+"""A client for OpenAI-compatible chat-completions servers, and one conversation regenerated through it.
+
+vLLM, SGLang, TGI and llama.cpp's server all answer `POST {base}/chat/completions`. The client needs only the
+standard library: the engine runs elsewhere, and a regeneration of a million conversations is bound by the
+server, not by HTTP. What a request can meet, and what the client does:
+
+- the server is unreachable, times out, or answers 408 / 429 / 5xx: retried `retries` times with exponential
+  backoff; then `ServerUnavailable`, which stops the whole run (the conversation is not marked failed: a rerun
+  asks again);
+- any other 4xx (a prompt longer than the server's context, a malformed request): `RequestRejected` with the
+  server's message, which fails this conversation only;
+- 400 because the server parses no tool calls (vLLM without `--enable-auto-tool-choice`): the client asks again
+  with `tool_choice: none` and keeps doing so for the run; the model then writes its calls as text, which is
+  kept as it wrote them.
+
+`regenerate_conversation` walks one conversation: every user turn is answered by the model, conditioned on its
+own earlier answers. A recorded tool result answers only the call it was recorded for, so the conversation goes
+on past a tool turn only when the model made that same call (same name and arguments); otherwise it ends at the
+model's own turn, which is still the target's text (counted as `tool_call_differs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .formats import Conversation
+
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+BACKOFF_S = (0.5, 16.0)  # first wait and the longest one
+_NO_TOOL_PARSER = re.compile(
+    r"tool.choice.*(enable-auto-tool-choice|tool-call-parser)", re.IGNORECASE | re.DOTALL
+)
+_TOOL_CALL_TAGS = re.compile(r"^\s*<tool_call>\s*(.*?)\s*(</tool_call>)?\s*$", re.DOTALL)
+
+
+class ServerUnavailable(RuntimeError):
+    """The server did not answer after every retry: the run stops, and a rerun continues."""
+
+
+class RequestRejected(RuntimeError):
+    """The server refused this request (a 4xx other than 408 / 429): the conversation fails with its reason."""
+
+
+def api_base(url: str) -> str:
+    """The API root for `url`: `http://host:8000` and `http://host:8000/v1/chat/completions` both give
+    `http://host:8000/v1`; any other path is kept as given (a proxy's prefix)."""
+    url = url.rstrip("/").removesuffix("/chat/completions")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(
+            f"--endpoint {url!r}: expected an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1"
+        )
+    return url + "/v1" if "/" not in url.split("://", 1)[1] else url
+
+
+@dataclass
+class Reply:
+    """One answer: the assistant message as it is stored, why it ended, and the tokens the server counted."""
+
+    message: dict[str, Any]
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass
+class EndpointClient:
+    """Chat completions from `base` (see `api_base`), `timeout_s` per request, `retries` retries."""
+
+    base: str
+    api_key: str | None = None
+    timeout_s: float = 600.0
+    retries: int = 4
+    tool_choice: str = "auto"
+    stop: threading.Event = field(default_factory=threading.Event)  # set: give up instead of retrying
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        data = json.dumps(body).encode() if body is not None else None
+        problem = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                if self.stop.is_set():
+                    break
+                time.sleep(min(BACKOFF_S[0] * 2 ** (attempt - 1), BACKOFF_S[1]))
+            request = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    return dict(json.loads(response.read()))
+            except urllib.error.HTTPError as err:
+                text = err.read().decode(errors="replace")
+                if err.code not in RETRY_STATUS:
+                    raise RequestRejected(f"HTTP {err.code}: {_error_message(text)}") from None
+                problem = f"HTTP {err.code}: {_error_message(text)}"
+            except (urllib.error.URLError, OSError, http.client.HTTPException, json.JSONDecodeError) as err:
+                problem = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
+        raise ServerUnavailable(f"{self.base}{path} did not answer after {self.retries} retries ({problem})")
+
+    def models(self) -> list[dict[str, Any]]:
+        """The served models (`GET /models`), each with its `id` (and vLLM's `max_model_len`)."""
+        return list(self._request("GET", "/models").get("data", []))
+
+    def chat(self, body: dict[str, Any]) -> Reply:
+        """Ask once (with retries); falls back to `tool_choice: none` where the server parses no tool calls."""
+        if body.get("tools") and "tool_choice" not in body:
+            body = body | {"tool_choice": self.tool_choice}
+        try:
+            out = self._request("POST", "/chat/completions", body)
+        except RequestRejected as err:
+            if body.get("tool_choice") != "auto" or not _NO_TOOL_PARSER.search(str(err)):
+                raise
+            self.tool_choice = "none"
+            out = self._request("POST", "/chat/completions", body | {"tool_choice": "none"})
+        try:
+            choice = out["choices"][0]
+        except (KeyError, IndexError, TypeError):
+            raise RequestRejected(f"the server's answer has no choices: {json.dumps(out)[:300]}") from None
+        usage = out.get("usage") or {}
+        return Reply(
+            assistant_message(choice.get("message") or {}),
+            choice.get("finish_reason"),
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+        )
+
+
+def _error_message(text: str) -> str:
+    try:
+        err = json.loads(text)
+    except json.JSONDecodeError:
+        return text.strip()[:300]
+    inner = err.get("error", err) if isinstance(err, dict) else err
+    return str(inner.get("message", inner) if isinstance(inner, dict) else inner)[:300]
+
+
+def assistant_message(raw: dict[str, Any]) -> dict[str, Any]:
+    """The server's message as the data pipeline stores it: content, the tool calls in OpenAI form, and the
+    reasoning (`reasoning_content`; newer vLLM names it `reasoning`) that templates with thinking render."""
+    message: dict[str, Any] = {"role": "assistant", "content": raw.get("content") or ""}
+    calls = [
+        {"id": c.get("id"), "type": "function", "function": dict(c["function"])}
+        for c in raw.get("tool_calls") or []
+        if isinstance(c, dict) and isinstance(c.get("function"), dict)
+    ]
+    if calls:
+        message["tool_calls"] = [{k: v for k, v in c.items() if v is not None} for c in calls]
+    reasoning = raw.get("reasoning_content") or raw.get("reasoning")
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
+
+
+def tool_calls_of(message: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """The calls an assistant message makes, as (name, canonical JSON arguments): from `tool_calls`, else from a
+    content that is a call written as JSON (`{"name": ..., "arguments": ...}`, a list of them, optionally inside
+    <tool_call> tags, as ShareGPT's `function_call` turns and templates without a tool parser write them)."""
+    if message.get("tool_calls"):
+        found = [_call(c.get("function", c)) for c in message["tool_calls"]]
+    else:
+        text = str(message.get("content") or "")
+        tagged = _TOOL_CALL_TAGS.match(text)
+        try:
+            parsed = json.loads(tagged.group(1) if tagged else text)
+        except json.JSONDecodeError:
+            return None
+        found = [_call(c) for c in (parsed if isinstance(parsed, list) else [parsed])]
+    return None if not found or None in found else [c for c in found if c is not None]
+
+
+def _call(raw: Any) -> tuple[str, str] | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        return None
+    args = raw.get("arguments", raw.get("parameters", {}))
+    if isinstance(args, str):
+        with contextlib.suppress(json.JSONDecodeError):  # arguments that are not JSON compare as text
+            args = json.loads(args)
+    return raw["name"], json.dumps(args, sort_keys=True)
+
+
+def openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool schemas in the request's form: a bare function schema (ShareGPT / glaive data) is wrapped."""
+    return [t if "type" in t else {"type": "function", "function": t} for t in tools]
+
+
+@dataclass
+class Regenerated:
+    """One conversation's outcome: the messages (None: failed, with `reason`) and what it cost."""
+
+    messages: list[dict[str, Any]] | None
+    reason: str = ""
+    answers: int = 0
+    truncated: int = 0
+    tool_call_differs: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def regenerate_conversation(
+    conv: Conversation, ask: Callable[[list[dict[str, Any]], int], Reply]
+) -> Regenerated:
+    """Answer every user turn of `conv` with `ask(messages so far, turn)`, keeping the model's own answers.
+
+    The data's assistant turns are not kept; each only tells which call a recorded tool result answers. A run
+    of tool messages is kept when the model's preceding answer made the recorded call(s) and is followed by the
+    model's next answer; when the call differs, the conversation ends at the model's answer.
+    """
+    msgs = conv.messages
+    if not any(m["role"] == "user" for m in msgs):
+        return Regenerated(None, "no user turn (a text document or an assistant-only record)")
+    out: list[dict[str, Any]] = []
+    result = Regenerated(out)
+    recorded: list[tuple[str, str]] | None = None  # the data's latest call
+    answered: list[tuple[str, str]] | None = None  # the model's latest call
+    reply: Reply | None = None
+    results = 0  # tool results kept since the model's latest answer
+    for k, message in enumerate(msgs):
+        role = message["role"]
+        if role == "assistant":
+            recorded = tool_calls_of(message)
+            continue
+        if role == "tool":
+            if reply is None or answered is None or answered != recorded:
+                result.tool_call_differs = reply is not None
+                break
+            ids = [c.get("id") for c in reply.message.get("tool_calls", [])]
+            tool = dict(message)
+            if results < len(ids) and ids[results]:  # the server's id for the call this result answers
+                tool["tool_call_id"] = ids[results]
+            results += 1
+            out.append(tool)
+            if k + 1 < len(msgs) and msgs[k + 1]["role"] == "tool":
+                continue  # the next result of the same call turn
+        else:
+            out.append(message)
+            if role != "user":
+                continue
+        reply = ask(out, result.answers)
+        results = 0
+        out.append(reply.message)
+        answered = tool_calls_of(reply.message)
+        result.answers += 1
+        result.truncated += reply.finish_reason == "length"
+        result.prompt_tokens += reply.prompt_tokens
+        result.completion_tokens += reply.completion_tokens
+    if not result.answers:
+        return Regenerated(None, "no user turn before the first tool result")
+    while out[-1]["role"] != "assistant":  # a conversation ends with the model's answer
+        out.pop()
+    return result

@@ -1,0 +1,93 @@
+"""vLLM's OpenAI-compatible server, started from the engine's venv (the tests and benchmarks of
+`data regenerate --endpoint`; users run their own server).
+
+    with serve(require_env("vllm"), model_dir, log=Path("vllm-server.log")) as server:
+        ... server.url ...   # http://127.0.0.1:<free port>/v1, answering once the model is loaded
+
+The server runs in a process group of its own, so `kill()` takes its engine-core process with it, as a crash or
+an OOM kill would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from draftsmith.runtime.errors import UserError
+
+from .setup import EngineEnv
+from .vllm_engine import last_error, worker_env
+
+START_TIMEOUT_S = 600
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A running server: its process, its API root and its log."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def kill(self) -> None:
+        """SIGKILL the server and its engine core (no clean shutdown: what a crash looks like to clients)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/models", timeout=5) as response:
+                return bool(json.loads(response.read()).get("data"))
+        except OSError:
+            return False
+
+
+@contextmanager
+def serve(
+    engine: EngineEnv,
+    model: Path,
+    log: Path,
+    name: str = "target",
+    max_model_len: int = 4096,
+    extra: Sequence[str] = (),
+) -> Iterator[Server]:
+    """Serve `model` (float32, eager) on 127.0.0.1 under the name `name` until the block ends."""
+    port = free_port()
+    cmd = [
+        *(str(engine.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)),
+        *("--host", "127.0.0.1", "--port", str(port), "--served-model-name", name),
+        *("--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager", *extra),
+    ]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=worker_env(), start_new_session=True
+        )
+    server = Server(process, f"http://127.0.0.1:{port}/v1", log)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not server.ready():
+            if process.poll() is not None:
+                raise UserError(f"vLLM's server exited ({process.returncode}): {last_error(log)} (log: {log})")
+            if time.monotonic() > deadline:
+                raise UserError(f"vLLM's server did not answer within {START_TIMEOUT_S} s (log: {log})")
+            time.sleep(1)
+        yield server
+    finally:
+        server.kill()

@@ -1,0 +1,100 @@
+"""`data regenerate --endpoint` against vLLM's own OpenAI-compatible server (the CPU build `draftsmith engine-setup
+vllm` installs) serving SmolLM2-135M-Instruct on 127.0.0.1: multi-turn chats and tool-call chats go through
+it, the server is killed mid-run, and a rerun against a restarted server finishes the file with nothing lost
+or written twice."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from draftsmith.data.conversations import read_conversations
+from draftsmith.engines.vllm_server import serve
+from draftsmith.runtime.errors import UserError
+from draftsmith.scripts.data.regenerate import build_parser, regenerate
+
+pytestmark = pytest.mark.engine
+
+
+def test_regeneration_through_vllm_survives_a_killed_server(vllm_env, smollm2_target, shared_data, tmp_path):
+    questions = [json.loads(line) for line in (shared_data / "mt_bench" / "question.jsonl").open()][:12]
+    rows = [
+        {"messages": [{"role": "user", "content": t} for t in q["turns"]], "category": q["category"]}
+        for q in questions
+    ]
+    glaive = json.loads((shared_data / "llamafactory_demo" / "glaive_toolcall_en_demo.json").read_text())
+    tools = [
+        r
+        for r in glaive
+        if json.loads(r["tools"]) and any(t["from"] == "observation" for t in r["conversations"])
+    ][:2]
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "tools.json").write_text(json.dumps(tools))
+    out = tmp_path / "out.jsonl"
+
+    def run(url: str, source: str, target: str, *extra: str) -> dict:
+        args = ["--endpoint", url, "--data", source, "--out", target, "--temperature", "0"]
+        args += ["--max-new-tokens", "32", "--concurrency", "4", "--retries", "1", "--no-progress", *extra]
+        return regenerate(build_parser().parse_args(args))
+
+    outcome: dict = {}
+    with serve(
+        vllm_env, smollm2_target, tmp_path / "server-1.log", name="smollm2", max_model_len=2048
+    ) as server:
+
+        def first_run() -> None:
+            try:
+                outcome["counts"] = run(server.url, str(data), str(out))
+            except UserError as err:
+                outcome["error"] = str(err)
+
+        thread = threading.Thread(target=first_run)
+        thread.start()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and thread.is_alive():
+            if out.is_file() and len(out.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.05)
+        server.kill()  # mid-run: requests in flight get no answer
+        thread.join(timeout=120)
+    assert "counts" not in outcome, "the run finished before the server was killed: nothing was tested"
+    assert "rerun the same command to continue" in outcome["error"]
+    before = out.read_text()
+    written = len(before.splitlines())
+    assert 2 <= written < len(rows)
+    assert not out.with_name("out.jsonl.failed.jsonl").read_text()  # a dead server fails no conversation
+
+    with serve(
+        vllm_env, smollm2_target, tmp_path / "server-2.log", name="smollm2", max_model_len=2048
+    ) as server:
+        counts = run(server.url, str(data), str(out))
+        tool_counts = run(server.url, str(tmp_path / "tools.json"), str(tmp_path / "tools-out.jsonl"))
+    assert (counts["skipped"], counts["written"], counts["failed"]) == (written, len(rows) - written, 0)
+    assert out.read_text().startswith(before)  # the first run's rows are kept as they were
+    regenerated = [json.loads(line) for line in out.open()]
+    assert sorted(r["index"] for r in regenerated) == list(range(len(rows)))  # each once
+    for r in regenerated:
+        q = questions[r["index"]]
+        assert [m["content"] for m in r["messages"] if m["role"] == "user"] == q["turns"]
+        answers = [m["content"] for m in r["messages"] if m["role"] == "assistant"]
+        assert len(answers) == 2 and all(answers) and r["category"] == q["category"]
+    meta = json.loads(out.with_name("out.jsonl.meta.json").read_text())
+    assert meta["target"] == {"served_model": "smollm2"} and meta["server"]["max_model_len"] == 2048
+    assert counts["answers"] == 2 * counts["written"] and counts["completion_tokens"] > 0
+
+    # tool-call chats: the tools reach the template, each answer is the model's, the schemas are kept
+    assert tool_counts["written"] == 2 and tool_counts["failed"] == 0
+    back = sorted(
+        (json.loads(line) for line in (tmp_path / "tools-out.jsonl").open()), key=lambda r: r["index"]
+    )
+    assert [r["tools"] for r in back] == [json.loads(t["tools"]) for t in tools]
+    # each chat either went on past the recorded tool result (the model made the recorded call) or ended at
+    # the model's own turn there, counted
+    continued = sum(any(m["role"] == "tool" for m in r["messages"]) for r in back)
+    assert continued + tool_counts["tool_call_differs"] == 2
+    assert all(r["messages"][-1]["role"] == "assistant" for r in back)
+    assert len(read_conversations(str(tmp_path / "tools-out.jsonl"))) == 2  # training reads it as it is
