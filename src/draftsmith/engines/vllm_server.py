@@ -84,7 +84,9 @@ def serve(
         deadline = time.monotonic() + START_TIMEOUT_S
         while not server.ready():
             if process.poll() is not None:
-                raise UserError(f"vLLM's server exited ({process.returncode}): {last_error(log)} (log: {log})")
+                raise UserError(
+                    f"vLLM's server exited ({process.returncode}): {last_error(log)} (log: {log})"
+                )
             if time.monotonic() > deadline:
                 raise UserError(f"vLLM's server did not answer within {START_TIMEOUT_S} s (log: {log})")
             time.sleep(1)

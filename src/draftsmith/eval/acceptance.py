@@ -79,6 +79,7 @@ def evaluate(
     from draftsmith.eval.drift import adapter_drift
     from draftsmith.eval.report import TurnResult, per_prompt_rows, summarize
     from draftsmith.eval.sampling import Sampling
+    from draftsmith.eval.spans import token_spans
     from draftsmith.eval.tree import parse_tree
     from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
 
@@ -172,7 +173,10 @@ def evaluate(
                 if args.baseline
                 else None
             )
-            turns.append(TurnResult(item, k, len(prompt), spec, base, prompt, conv.category))
+            spans = token_spans(target.tokenizer, prompt, spec.tokens)
+            turns.append(
+                TurnResult(item, k, len(prompt), spec, base, prompt, conv.category, spans, bool(conv.tools))
+            )
             text_ids = [t for t in spec.tokens if t not in stop_ids]
             answers.append(target.tokenizer.decode(text_ids, skip_special_tokens=True))
         running = summarize(turns)["tau"] if turns else None

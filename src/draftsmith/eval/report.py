@@ -6,6 +6,8 @@ tau                 tokens committed per verification forward, bonus/correction 
 tau_per_request     the MEAN over answers of each answer's own tau (what SpecForge's benchmarks print): long
                     answers weigh as much as short ones, so two drafters can rank differently under the two
 by_category         tau (pooled and per request) and answers per data `category` (e.g. MT-bench's eight)
+by_span             steps, tokens and tau on tool-call spans and on prose, on reasoning and on the answer
+                    (eval/spans.py: a step belongs to the span of the first token it commits)
 by_context          steps, tau and alpha per context-length bucket (the tokens before a step: prompt and answer
                     so far; buckets end at 512, 1k, 2k, ... 256k tokens), over the steps in the bucket
 alpha               accepted draft tokens / draft tokens sent for verification (every tree node counts)
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .decoder import Generation
+from .spans import by_span
 
 
 @dataclass
@@ -37,6 +40,10 @@ class TurnResult:
     baseline: Generation | None = None
     prompt: list[int] | None = None  # the prompt's token ids (engine-eval sends the same ids to the engine)
     category: str | None = None  # the record's `category`, if any
+    spans: dict[str, list[bool]] | None = (
+        None  # per answer token: in a tool call, in reasoning (eval/spans.py)
+    )
+    has_tools: bool = False  # the data offered tools to this turn
 
 
 def acceptance_by_depth(generations: Sequence[Generation]) -> list[float | None]:
@@ -138,6 +145,7 @@ def summarize(turns: Sequence[TurnResult]) -> dict[str, Any]:
         "tau_per_request": tau_per_request(gens),
         "by_category": by_category(turns),
         "by_context": by_context(gens),
+        "by_span": by_span(turns),
         "alpha": _rate(sum(s.accepted for s in steps), sum(s.draft_tokens for s in steps)),
         "acceptance_by_depth": acceptance_by_depth(gens),
         "target_forwards": len(gens) + len(steps),
@@ -209,6 +217,13 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {name} | {c['answers']} | {fmt_value(c['tau'])} | {fmt_value(c['tau_per_request'])} |"
             for name, c in categories.items()
         ]
+    spans = report.get("by_span") or {}
+    if spans:
+        lines += ["", "| span | steps | tokens | tau |", "|---|---|---|---|"]
+        lines += [
+            f"| {name.replace('_', ' ')} | {c['steps']} | {c['tokens']} | {fmt_value(c['tau'])} |"
+            for name, c in spans.items()
+        ]
     contexts = report.get("by_context") or []
     if len(contexts) > 1:  # one bucket says no more than the table above
         lines += ["", "| context tokens | steps | tau | alpha |", "|---|---|---|---|"]
@@ -219,8 +234,30 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot_panels(report: dict[str, Any]) -> list[tuple[str, list[str], list[float], str]]:
+    """The plot's panels: (title, bar labels, values, y label): acceptance by depth, then tau by category, by
+    context length and by span where the report has them (more than one bar)."""
+    depth = [a if a is not None else 0.0 for a in report["acceptance_by_depth"]]
+    panels = [
+        (
+            "acceptance by depth",
+            [str(d) for d in range(1, len(depth) + 1)],
+            depth,
+            "P(accept d | accepted d-1)",
+        )
+    ]
+    for title, rows in (
+        ("tau by category", [(n, c["tau"]) for n, c in (report.get("by_category") or {}).items()]),
+        ("tau by context tokens", [(c["context"], c["tau"]) for c in report.get("by_context") or []]),
+        ("tau by span", [(n.replace("_", " "), c["tau"]) for n, c in (report.get("by_span") or {}).items()]),
+    ):
+        if len(rows) > 1:
+            panels.append((title, [n for n, _ in rows], [t or 0.0 for _, t in rows], "tau (pooled)"))
+    return panels
+
+
 def plot_acceptance(report: dict[str, Any], out: Path) -> None:
-    """A PNG bar plot of acceptance by depth (needs matplotlib: `pip install draftsmith[plot]`)."""
+    """A PNG of the report's panels (`plot_panels`; needs matplotlib: `pip install draftsmith[plot]`)."""
     try:
         import matplotlib
 
@@ -228,15 +265,18 @@ def plot_acceptance(report: dict[str, Any], out: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError as err:
         raise ValueError("--plot needs matplotlib: pip install 'draftsmith[plot]' (or matplotlib)") from err
-    rates = [a if a is not None else 0.0 for a in report["acceptance_by_depth"]]
-    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
-    ax.bar(range(1, len(rates) + 1), rates, color="#4C72B0")
-    ax.set_xlabel("draft depth d")
-    ax.set_ylabel("P(accept at d | accepted d-1)")
-    ax.set_ylim(0, 1)
-    ax.set_xticks(range(1, len(rates) + 1))
+    panels = plot_panels(report)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.4), dpi=120, squeeze=False)
+    for ax, (title, labels, values, ylabel) in zip(axes[0], panels, strict=True):
+        ax.bar(range(len(values)), values, color="#4C72B0")
+        ax.set_xticks(range(len(values)), labels, rotation=30 if len(labels) > 4 else 0, ha="right")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        if title == "acceptance by depth":
+            ax.set_ylim(0, 1)
+            ax.set_xlabel("draft depth d")
     s = report["settings"]
-    ax.set_title(
+    fig.suptitle(
         f"{Path(s['drafter']).name} {s['tree']} T={s['temperature']}: tau {fmt_value(report['tau'], 2)}"
     )
     fig.tight_layout()

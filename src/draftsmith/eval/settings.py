@@ -109,7 +109,11 @@ class EvalArgs:
     # What to do with the report.
     report: str | None = field(default=None, metadata={"help": "Write the JSON report here."})
     plot: str | None = field(
-        default=None, metadata={"help": "Write a PNG bar plot of acceptance by depth here."}
+        default=None,
+        metadata={
+            "help": "Write a PNG here: acceptance by depth, and tau by category, by context length and by span "
+            "where the data has them."
+        },
     )
     save_eval: bool = field(
         default=False, metadata={"help": "Write the report as eval.json in the checkpoint."}

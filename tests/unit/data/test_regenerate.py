@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -73,7 +74,9 @@ def greedy_answers(target: FrozenTarget, conv, lengths: list[int] | None = None)
 
 def test_batched_greedy_regeneration_equals_unbatched_decoding(tiny_toy_target, data, tmp_path):
     out = tmp_path / "out.jsonl"
+    began = time.perf_counter()
     counts = run(tiny_toy_target, data, out, "--temperature", "0")
+    assert 0 < counts["seconds"] <= time.perf_counter() - began  # the generation's own wall time
     assert core(counts) == {"input": N + 1, "written": N, "failed": 1, "skipped": 0}
     rows = [json.loads(line) for line in out.open()]
     target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target)))

@@ -229,7 +229,7 @@ def regenerate_locally(args: argparse.Namespace, sampling: Sampling) -> dict[str
         "skipped": len(convs) - len(todo),
     }
     counts |= {"answers": 0, "truncated": 0, "completion_tokens": 0}
-    start = time.perf_counter()
+    began = time.perf_counter()
     bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=args.no_progress)
     with out.open("a") as rows, failed_path.open("a") as failures:
         for start in range(0, len(todo), args.batch_size):
@@ -289,7 +289,7 @@ def regenerate_locally(args: argparse.Namespace, sampling: Sampling) -> dict[str
             bar.update(len(batch))
     bar.close()
     assert counts["written"] + counts["failed"] + counts["skipped"] == counts["input"]
-    counts["seconds"] = round(time.perf_counter() - start, 2)
+    counts["seconds"] = round(time.perf_counter() - began, 2)
     meta["counts"] = counts
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     return counts
