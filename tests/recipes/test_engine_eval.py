@@ -36,3 +36,41 @@ def test_vllm_measures_the_tau_draftsmith_measures(vllm_env, tiny_toy_target, tm
     assert r["vllm"]["speculative_equals_plain"] == r["answers"] == 6 and r["lossless"] is True
     assert r["vllm"]["counters"]["num_draft_tokens"] == 3 * r["vllm"]["counters"]["num_drafts"]
     assert "relative difference, vLLM vs the evaluator" in proc.stdout
+
+
+def test_speedup_curves_over_concurrency_and_context_in_vllms_server(vllm_env, tiny_toy_target, tmp_path):
+    """The n-gram proposer (nothing to train) against plain serving: every level decodes the same answers (equal
+    completion tokens at T = 0), and the verdict is the rule applied to the measured rows."""
+    from draftsmith.engines.load_curves import stops_paying
+
+    report, plot = tmp_path / "engine.json", tmp_path / "curves.png"
+    cmd = [
+        *(sys.executable, "-m", "draftsmith.scripts.cli", "engine-eval", "--engine", "vllm"),
+        *("--target", str(tiny_toy_target), "--drafter", "ngram", "--data", "stdlib:heldout"),
+        *("--num-prompts", "4", "--max-new-tokens", "32", "--concurrency", "1,4"),
+        *("--context-lengths", "256,768", "--context-prompts", "2", "--enforce-eager"),
+        *(
+            "--report",
+            str(report),
+            "--plot",
+            str(plot),
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--no-progress",
+        ),
+    ]
+    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    curves = json.loads(report.read_text())["curves"]
+    assert [r["concurrency"] for r in curves["concurrency"]] == [1, 4]
+    assert [r["context_tokens"] for r in curves["context_tokens"]] == [256, 768]
+    for name in ("concurrency", "context_tokens"):
+        for row in curves[name]:
+            assert row["tokens"]["plain"] == row["tokens"]["speculative"] > 0  # lossless in the server too
+            assert row["speedup"] == pytest.approx(row["spec_tokens_per_s"] / row["plain_tokens_per_s"])
+            assert row["mean_acceptance_length"] is None or row["mean_acceptance_length"] >= 1
+        assert curves["stops_paying"][name] == stops_paying(curves[name], name)
+    assert all(r["prompt_tokens"] <= r["context_tokens"] for r in curves["context_tokens"])
+    assert curves["context_tokens"][1]["prompt_tokens"] > 700  # real text filled to length
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| requests in flight | tokens/s plain |" in proc.stdout

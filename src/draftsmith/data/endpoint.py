@@ -83,7 +83,7 @@ class EndpointClient:
     tool_choice: str = "auto"
     stop: threading.Event = field(default_factory=threading.Event)  # set: give up instead of retrying
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -109,19 +109,19 @@ class EndpointClient:
 
     def models(self) -> list[dict[str, Any]]:
         """The served models (`GET /models`), each with its `id` (and vLLM's `max_model_len`)."""
-        return list(self._request("GET", "/models").get("data", []))
+        return list(self.request("GET", "/models").get("data", []))
 
     def chat(self, body: dict[str, Any]) -> Reply:
         """Ask once (with retries); falls back to `tool_choice: none` where the server parses no tool calls."""
         if body.get("tools") and "tool_choice" not in body:
             body = body | {"tool_choice": self.tool_choice}
         try:
-            out = self._request("POST", "/chat/completions", body)
+            out = self.request("POST", "/chat/completions", body)
         except RequestRejected as err:
             if body.get("tool_choice") != "auto" or not _NO_TOOL_PARSER.search(str(err)):
                 raise
             self.tool_choice = "none"
-            out = self._request("POST", "/chat/completions", body | {"tool_choice": "none"})
+            out = self.request("POST", "/chat/completions", body | {"tool_choice": "none"})
         try:
             choice = out["choices"][0]
         except (KeyError, IndexError, TypeError):

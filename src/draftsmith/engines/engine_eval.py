@@ -39,7 +39,8 @@ from draftsmith.eval.gate import FAIL
 from draftsmith.runtime.errors import UserError
 from draftsmith.runtime.files import read_json
 
-from .engine_report import build_report, markdown
+from .engine_report import build_report, markdown, plot_curves
+from .load_curves import Level, curves, documents_text, long_prompts
 from .setup import ENGINES, require_env
 from .vllm_engine import VllmRun, run_worker, speculative_config
 
@@ -94,6 +95,27 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="keep vLLM's plain runs here and reuse one whose job (model, prompt ids, sampling, batch) is "
         "identical: several drafters compared on the same prompts decode them plainly once",
+    )
+    p.add_argument(
+        "--concurrency",
+        default=None,
+        help="also measure vLLM's server with and without the drafter at these requests in flight, e.g. 1,2,4,8: "
+        "tokens/s, speedup, and the concurrency from which speculation stops paying (engines/load_curves.py)",
+    )
+    p.add_argument(
+        "--context-lengths",
+        default=None,
+        help="the same over prompt lengths in tokens, e.g. 512,2048,8192, one request at a time; the prompts are "
+        "real documents cut to length (--context-data)",
+    )
+    p.add_argument(
+        "--context-data",
+        default=None,
+        help="documents for --context-lengths (default: --data), any data format",
+    )
+    p.add_argument("--context-prompts", type=int, default=4, help="prompts per context length (default 4)")
+    p.add_argument(
+        "--plot", default=None, help="a PNG of the speedup curves (--concurrency, --context-lengths)"
     )
     p.add_argument("--report", default=None, help="write the JSON report here")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
@@ -187,6 +209,11 @@ def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "--target: engine-eval serves a model directory; write the GGUF as one first (draftsmith build-target "
             "--preset ... --out DIR, or any directory with config.json and safetensors)"
         )
+    int_list(args.concurrency, "--concurrency"), int_list(args.context_lengths, "--context-lengths")
+    if args.plot and not (args.concurrency or args.context_lengths):
+        raise UserError("--plot draws the curves of --concurrency or --context-lengths: pass one of them")
+    if args.context_prompts < 1:
+        raise UserError("--context-prompts must be >= 1")
     engine = require_env(args.engine, args.venv)  # before any decoding: a missing engine is one line
     target = FrozenTarget.load(TargetConfig(path=args.target, dtype="float32"))
     kind = served_kind(args.drafter, target)
@@ -242,7 +269,59 @@ def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     spec_run = run_worker(
         engine, job(args, prompts, stops, spec, max_positions), work / "vllm-speculative.log"
     )
-    return build_report(args, kind, ours, turns, plain, spec_run, spec, engine.spec.package)
+    report = build_report(args, kind, ours, turns, plain, spec_run, spec, engine.spec.package)
+    levels = load_levels(args, target, prompts)
+    if levels:
+        every = [p for level in levels for p in level.prompts]
+        report["curves"] = curves(
+            engine,
+            job(args, every, stops, None, max_positions),
+            job(args, every, stops, spec, max_positions),
+            levels,
+            work,
+            args.progress,
+        )
+    return report
+
+
+def int_list(text: str | None, flag: str) -> list[int]:
+    if not text:
+        return []
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: expected comma-separated integers, e.g. 1,2,4,8") from None
+    if any(v < 1 for v in values):
+        raise UserError(f"{flag} {text!r}: every value must be >= 1")
+    return sorted(set(values))
+
+
+def load_levels(args: argparse.Namespace, target: Any, prompts: list[list[int]]) -> list[Level]:
+    """The levels `--concurrency` and `--context-lengths` ask for (empty: no curves)."""
+    levels = [Level("concurrency", c, prompts, c) for c in int_list(args.concurrency, "--concurrency")]
+    lengths = int_list(args.context_lengths, "--context-lengths")
+    if lengths:
+        docs = documents_text(args.context_data or args.data)
+        if not docs:
+            raise UserError(
+                f"--context-data {args.context_data or args.data}: no text to build long prompts from"
+            )
+        limit = getattr(target.model.config, "max_position_embeddings", None)
+        for length in lengths:
+            if limit is not None and length + args.max_new_tokens + MAX_MODEL_LEN_MARGIN > limit:
+                raise UserError(
+                    f"--context-lengths {length}: with --max-new-tokens {args.max_new_tokens} it passes the "
+                    f"target's {limit} positions"
+                )
+            levels.append(
+                Level(
+                    "context_tokens",
+                    length,
+                    long_prompts(target.tokenizer, docs, length, args.context_prompts),
+                    1,
+                )
+            )
+    return levels
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -256,6 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             report = evaluate(args, Path(tmp))
     report["settings"]["max_rel_diff"] = args.max_rel_diff
     print(markdown(report))
+    if args.plot:
+        plot_curves(report, Path(args.plot))
+        print(f"plot: {args.plot}")
     if args.report:
         from draftsmith.eval.acceptance import write_json
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from draftsmith.eval.report import fmt_value
+from draftsmith.runtime.errors import UserError
 
 from .vllm_engine import VllmRun
 
@@ -174,9 +176,71 @@ def markdown(r: dict[str, Any]) -> str:
             else ")"
         )
     )
+    lines += curves_markdown(r.get("curves") or {})
     if r["answers_equal_across_engines"] is not None:
         lines.append(
             f"answers identical in both engines: {r['answers_equal_across_engines']}/{n} "
             "(float32 in both; a near-tie may round differently in vLLM's kernels)"
         )
     return "\n".join(lines)
+
+
+CURVE_TITLES = {
+    "concurrency": "requests in flight",
+    "context_tokens": "prompt tokens (one request at a time)",
+}
+
+
+def curves_markdown(curves: dict[str, Any]) -> list[str]:
+    """The speedup curves as tables, each with the level from which speculation stops paying."""
+    lines: list[str] = []
+    for name, title in CURVE_TITLES.items():
+        if name not in curves:
+            continue
+        lines += [
+            "",
+            f"| {title} | tokens/s plain | tokens/s with the drafter | speedup | vLLM mean acceptance length |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {row[name]} | {cell(row['plain_tokens_per_s'], 1)} | {cell(row['spec_tokens_per_s'], 1)} | "
+            f"{cell(row['speedup'], 2)} | {cell(row['mean_acceptance_length'], 2)} |"
+            for row in curves[name]
+        ]
+        stop = curves["stops_paying"][name]
+        last = curves[name][-1][name]
+        lines.append(
+            f"speculation stops paying at {name.replace('_', ' ')} {stop} (speedup < 1 from there on)"
+            if stop is not None
+            else f"speculation still pays at {name.replace('_', ' ')} {last}, the largest measured"
+        )
+    return lines
+
+
+def plot_curves(report: dict[str, Any], out: Path) -> None:
+    """A PNG of the speedup against concurrency and against prompt length, with the break-even line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise UserError("--plot needs matplotlib: pip install 'draftsmith[plot]' (or matplotlib)") from err
+    curves = report["curves"]
+    names = [n for n in CURVE_TITLES if n in curves]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.8 * len(names), 3.4), dpi=120, squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        xs = [row[name] for row in curves[name]]
+        ax.plot(xs, [row["speedup"] for row in curves[name]], marker="o", color="#4C72B0")
+        ax.axhline(1.0, color="#C44E52", linestyle="--", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_xlabel(CURVE_TITLES[name])
+        ax.set_ylabel("speedup (with drafter / plain)")
+        stop = curves["stops_paying"][name]
+        ax.set_title(f"stops paying at {stop}" if stop is not None else "pays at every level", fontsize=10)
+    fig.suptitle(f"{report['kind']} drafter in {report['engine']['package']} {report['engine']['version']}")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
