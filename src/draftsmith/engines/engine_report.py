@@ -207,14 +207,19 @@ def curves_markdown(curves: dict[str, Any]) -> list[str]:
             f"{cell(row['speedup'], 2)} | {cell(row['mean_acceptance_length'], 2)} |"
             for row in curves[name]
         ]
-        stop = curves["stops_paying"][name]
-        last = curves[name][-1][name]
-        lines.append(
-            f"speculation stops paying at {name.replace('_', ' ')} {stop} (speedup < 1 from there on)"
-            if stop is not None
-            else f"speculation still pays at {name.replace('_', ' ')} {last}, the largest measured"
-        )
+        lines.append(verdict(curves, name))
     return lines
+
+
+def verdict(curves: dict[str, Any], name: str) -> str:
+    """Where speculation stops paying along one curve, in words."""
+    stop, rows = curves["stops_paying"][name], curves[name]
+    what = name.replace("_", " ")
+    if stop is None:
+        return f"speculation still pays at {what} {rows[-1][name]}, the largest measured"
+    if stop == rows[0][name]:
+        return f"speculation does not pay at any {what} measured (speedup < 1 from {stop} on): switch it off"
+    return f"speculation stops paying at {what} {stop} (speedup < 1 from there on)"
 
 
 def plot_curves(report: dict[str, Any], out: Path) -> None:
@@ -237,8 +242,7 @@ def plot_curves(report: dict[str, Any], out: Path) -> None:
         ax.set_xticks(xs, [str(x) for x in xs])
         ax.set_xlabel(CURVE_TITLES[name])
         ax.set_ylabel("speedup (with drafter / plain)")
-        stop = curves["stops_paying"][name]
-        ax.set_title(f"stops paying at {stop}" if stop is not None else "pays at every level", fontsize=10)
+        ax.set_title(verdict(curves, name).split(" (")[0].split(":")[0], fontsize=9)
     fig.suptitle(f"{report['kind']} drafter in {report['engine']['package']} {report['engine']['version']}")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -308,7 +308,7 @@ def test_retries_then_refusals_are_recorded_and_counts_add_up(server, tmp_path):
 
 def test_requests_in_flight_stay_within_the_concurrency(server, tmp_path):
     srv = server()
-    srv.delay = 0.05
+    srv.delay = 0.2  # long enough that the three requests overlap on a loaded machine
     data = write_data(tmp_path / "in.jsonl", two_turn_chats(9))
     run(srv.url, data, tmp_path / "out.jsonl", "--concurrency", "3")
     assert srv.max_in_flight == 3

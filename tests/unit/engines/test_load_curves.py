@@ -43,6 +43,10 @@ def test_the_curve_table_says_where_it_stops_paying():
     text = "\n".join(curves_markdown({"concurrency": curve, "stops_paying": {"concurrency": 8}}))
     assert "| 1 | 40.0 | 80.0 | 2.00 | 2.00 |" in text and "| 8 | 200.0 | 150.0 | 0.75 | 2.00 |" in text
     assert "speculation stops paying at concurrency 8" in text
+    never = {"concurrency": curve, "stops_paying": {"concurrency": 1}}
+    assert "does not pay at any concurrency measured" in "\n".join(curves_markdown(never))
+    always = {"concurrency": curve[:1], "stops_paying": {"concurrency": None}}
+    assert "still pays at concurrency 1, the largest measured" in "\n".join(curves_markdown(always))
 
 
 def test_long_prompts_are_real_documents_cut_to_length(toy_tokenizer):

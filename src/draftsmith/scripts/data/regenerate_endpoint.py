@@ -25,6 +25,7 @@ from draftsmith.data.endpoint import (
     EndpointClient,
     Regenerated,
     Reply,
+    RequestRejected,
     ServerUnavailable,
     api_base,
     openai_tools,
@@ -121,30 +122,35 @@ def regenerate_via_endpoint(args: argparse.Namespace, sampling: Sampling) -> dic
 
     stopped: ServerUnavailable | None = None
     start = time.perf_counter()
-    with (
-        out.open("a") as rows,
-        failed_path.open("a") as failures,
-        ThreadPoolExecutor(args.concurrency, thread_name_prefix="regenerate") as pool,
-    ):
-        running: dict[Future[Regenerated], int] = {}
-        while True:
-            while stopped is None and len(running) < args.concurrency and (i := next(todo, None)) is not None:
-                running[pool.submit(work, i)] = i
-            if not running:
-                break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                i = running.pop(future)
-                try:
-                    result = future.result()
-                except ServerUnavailable as err:
-                    stopped = stopped or err
-                    client.stop.set()  # the others in flight give up instead of retrying
-                    continue
-                except Exception as err:  # one conversation's failure (a 4xx, a bad answer) is recorded
-                    result = Regenerated(None, str(err))
-                write(rows, failures, convs[i], i, result, counts)
-                bar.update(1)
+    pool = ThreadPoolExecutor(args.concurrency, thread_name_prefix="regenerate")
+    try:
+        with out.open("a") as rows, failed_path.open("a") as failures:
+            running: dict[Future[Regenerated], int] = {}
+            while True:
+                while (
+                    stopped is None
+                    and len(running) < args.concurrency
+                    and (i := next(todo, None)) is not None
+                ):
+                    running[pool.submit(work, i)] = i
+                if not running:
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    i = running.pop(future)
+                    try:
+                        result = future.result()
+                    except ServerUnavailable as err:
+                        stopped = stopped or err
+                        client.stop.set()  # the others in flight give up instead of retrying
+                        continue
+                    except RequestRejected as err:  # this conversation's request was refused: recorded
+                        result = Regenerated(None, str(err))
+                    write(rows, failures, convs[i], i, result, counts)
+                    bar.update(1)
+    finally:  # Ctrl-C or an error: what is written stays; the requests in flight are not waited for
+        client.stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
     bar.close()
     counts["seconds"] = round(time.perf_counter() - start, 2)
     meta["counts"] = counts
