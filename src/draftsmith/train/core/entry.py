@@ -4,6 +4,7 @@ The method script supplies how to build its drafter, which target layers it read
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,15 @@ def train_main(recipe: Recipe[ConfigT], argv: Sequence[str] | None) -> int:
     set_seed(cfg.seed)
     # One writer per run directory: a second training (or a --resume while this one runs) is refused.
     with main_process_lock(output_dir, "training", accelerator.is_main_process):
-        return _train(cfg, recipe, args.resume, args.trust_pickle, accelerator, output_dir)
+        code = _train(cfg, recipe, args.resume, args.trust_pickle, accelerator, output_dir)
+    # Free the prepared models (a DDP wrapper's reducer holds gloo's process group and its threads) while the
+    # interpreter is whole. Left to the collection at exit, a 2-process CPU run aborted now and then after
+    # finishing ("terminate called without an active exception", SIGABRT on rank 1): the mechanism of PyTorch's
+    # c10d atexit discussion (pytorch#179291).
+    accelerator.free_memory()
+    del accelerator
+    gc.collect()
+    return code
 
 
 def resume_before_overrides(argv: Sequence[str] | None) -> list[str]:
