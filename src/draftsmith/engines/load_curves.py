@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from draftsmith.data.endpoint import EndpointClient
+from draftsmith.data.endpoint import EndpointClient, RequestRejected, ServerUnavailable
 from draftsmith.runtime.errors import UserError
 
 from .setup import EngineEnv
@@ -147,15 +147,17 @@ def run_server(
         engine, Path(job["model"]), log, max_model_len=length, extra=extra, enforce_eager=eager
     ) as server:
         client = EndpointClient(server.url, timeout_s=1800, retries=0)
-        measure(client, "target", Level("warm-up", 0, levels[0].prompts[:1], 1), job | {"max_tokens": 8})
+        kind = "speculative" if job["speculative_config"] else "plain"
         out = []
-        for level in levels:
-            out.append(measure(client, "target", level, job))
-            if progress:
-                kind = "speculative" if job["speculative_config"] else "plain"
-                print(
-                    f"vLLM server, {kind}: {level.name} {level.value}: {out[-1]['tokens_per_s']:.1f} tokens/s"
-                )
+        try:
+            measure(client, "target", Level("warm-up", 0, levels[0].prompts[:1], 1), job | {"max_tokens": 8})
+            for level in levels:
+                out.append(measure(client, "target", level, job))
+                if progress:
+                    rate = out[-1]["tokens_per_s"]
+                    print(f"vLLM server, {kind}: {level.name} {level.value}: {rate:.1f} tokens/s", flush=True)
+        except (ServerUnavailable, RequestRejected) as err:
+            raise UserError(f"vLLM's {kind} server failed a request: {err} (log: {log})") from None
         return out
 
 
