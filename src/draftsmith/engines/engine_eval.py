@@ -3,7 +3,7 @@
     draftsmith engine-eval --engine vllm --target DIR --drafter CKPT|ngram --data FILE
         [--num-prompts N] [--max-new-tokens M] [--depth K] [--temperature X]
         [--draft-sample-method greedy|probabilistic] [--batch-size B] [--report R] [--max-rel-diff 0.03]
-        [--plain-cache DIR]
+        [--plain-cache DIR] [--concurrency 1,2,4,8] [--context-lengths 512,2048] [--plot P]
 
 draftsmith's evaluator decodes the prompts first (a chain, batch size 1, float32); the exact prompt token ids
 it rendered then go to vLLM, which serves the target twice in the engine's venv (`draftsmith engine-setup
@@ -21,6 +21,9 @@ max_tokens; the answers are cut at the budget either way). The exit status is 3 
 if that is more) or a lossless check failed.
 
 A drafter family vLLM does not serve (for this target) is refused before anything runs, naming why.
+
+`--concurrency` and `--context-lengths` then measure where speculation stops paying: vLLM's own server with and
+without the drafter, requests in flight or long prompts (engines/load_curves.py).
 """
 
 from __future__ import annotations
