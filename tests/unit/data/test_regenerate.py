@@ -76,9 +76,7 @@ def test_batched_greedy_regeneration_equals_unbatched_decoding(tiny_toy_target, 
     out = tmp_path / "out.jsonl"
     began = time.perf_counter()
     counts = run(tiny_toy_target, data, out, "--temperature", "0")
-    assert (
-        0 < counts["seconds"] <= time.perf_counter() - began + 0.005
-    )  # the generation's own, rounded to 10 ms
+    assert 0 < counts["seconds"] <= time.perf_counter() - began  # the generation's own wall time
     assert core(counts) == {"input": N + 1, "written": N, "failed": 1, "skipped": 0}
     rows = [json.loads(line) for line in out.open()]
     target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target)))

@@ -174,7 +174,7 @@ def test_every_user_turn_is_answered_after_the_models_own_answers(server, tmp_pa
     out = tmp_path / "out.jsonl"
     began = time.perf_counter()
     counts = run(srv.url, data, out, "--temperature", "0", "--seed", "5")
-    assert 0 < counts["seconds"] <= time.perf_counter() - began + 0.005  # rounded to 10 ms
+    assert 0 < counts["seconds"] <= time.perf_counter() - began
     assert {k: counts[k] for k in ("input", "written", "failed", "skipped", "answers")} == {
         "input": 3,
         "written": 3,

@@ -289,7 +289,7 @@ def regenerate_locally(args: argparse.Namespace, sampling: Sampling) -> dict[str
             bar.update(len(batch))
     bar.close()
     assert counts["written"] + counts["failed"] + counts["skipped"] == counts["input"]
-    counts["seconds"] = round(time.perf_counter() - began, 2)
+    counts["seconds"] = time.perf_counter() - began
     meta["counts"] = counts
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     return counts

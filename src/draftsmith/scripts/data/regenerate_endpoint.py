@@ -152,7 +152,7 @@ def regenerate_via_endpoint(args: argparse.Namespace, sampling: Sampling) -> dic
         client.stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
     bar.close()
-    counts["seconds"] = round(time.perf_counter() - start, 2)
+    counts["seconds"] = time.perf_counter() - start
     meta["counts"] = counts
     meta["tool_choice"] = client.tool_choice
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
