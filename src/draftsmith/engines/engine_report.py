@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from draftsmith.eval.report import fmt_value
-from draftsmith.runtime.errors import UserError
+from draftsmith.eval.report import fmt_value, pyplot, table
 
 from .vllm_engine import VllmRun
 
@@ -197,16 +196,24 @@ def curves_markdown(curves: dict[str, Any]) -> list[str]:
     for name, title in CURVE_TITLES.items():
         if name not in curves:
             continue
-        lines += [
-            "",
-            f"| {title} | tokens/s plain | tokens/s with the drafter | speedup | vLLM mean acceptance length |",
-            "|---|---|---|---|---|",
+        header = [
+            title,
+            "tokens/s plain",
+            "tokens/s with the drafter",
+            "speedup",
+            "vLLM mean acceptance length",
         ]
-        lines += [
-            f"| {row[name]} | {cell(row['plain_tokens_per_s'], 1)} | {cell(row['spec_tokens_per_s'], 1)} | "
-            f"{cell(row['speedup'], 2)} | {cell(row['mean_acceptance_length'], 2)} |"
+        cells = [
+            (
+                row[name],
+                cell(row["plain_tokens_per_s"], 1),
+                cell(row["spec_tokens_per_s"], 1),
+                cell(row["speedup"], 2),
+                cell(row["mean_acceptance_length"], 2),
+            )
             for row in curves[name]
         ]
+        lines += ["", *table(header, cells)]
         lines.append(verdict(curves, name))
     return lines
 
@@ -224,13 +231,7 @@ def verdict(curves: dict[str, Any], name: str) -> str:
 
 def plot_curves(report: dict[str, Any], out: Path) -> None:
     """A PNG of the speedup against concurrency and against prompt length, with the break-even line."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise UserError("--plot needs matplotlib: pip install 'draftsmith[plot]' (or matplotlib)") from err
+    plt = pyplot()
     curves = report["curves"]
     names = [n for n in CURVE_TITLES if n in curves]
     fig, axes = plt.subplots(1, len(names), figsize=(4.8 * len(names), 3.4), dpi=120, squeeze=False)

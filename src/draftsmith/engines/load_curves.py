@@ -65,11 +65,15 @@ def long_prompts(tokenizer: Any, documents: Sequence[str], length: int, count: i
         raise UserError(
             f"--context-lengths {length}: the chat template and question alone take {overhead} tokens"
         )
+    encoded: dict[int, list[int]] = {}  # each document tokenized once, for all the prompts that use it
     prompts = []
     for k in range(count):
         stream: list[int] = []
-        for doc in (documents[(k + j) % len(documents)] for j in range(len(documents))):
-            stream += tokenizer.encode(doc + "\n\n", add_special_tokens=False)
+        for j in range(len(documents)):
+            d = (k + j) % len(documents)
+            if d not in encoded:
+                encoded[d] = tokenizer.encode(documents[d] + "\n\n", add_special_tokens=False)
+            stream += encoded[d]
             if len(stream) >= length:
                 break
         if len(stream) < length - overhead:

@@ -183,6 +183,24 @@ def fmt_value(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """The lines of a Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend; one line naming the install when it is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ValueError("--plot needs matplotlib: pip install 'draftsmith[plot]' (or matplotlib)") from err
+    return plt
+
+
 def markdown(report: dict[str, Any]) -> str:
     """A Markdown summary table of `report` (printed on stdout by the CLI)."""
     s = report["settings"]
@@ -209,28 +227,25 @@ def markdown(report: dict[str, Any]) -> str:
         rows.append(
             ("Medusa-2 drift: greedy answers changed", f"{drift['greedy_changed']} of {drift['prompts']}")
         )
-    lines = ["| metric | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    lines = table(["metric", "value"], rows)
     categories = report.get("by_category") or {}
     if categories:
-        lines += ["", "| category | answers | tau (pooled) | tau (mean per answer) |", "|---|---|---|---|"]
-        lines += [
-            f"| {name} | {c['answers']} | {fmt_value(c['tau'])} | {fmt_value(c['tau_per_request'])} |"
-            for name, c in categories.items()
+        header = ["category", "answers", "tau (pooled)", "tau (mean per answer)"]
+        cells = [
+            (n, c["answers"], fmt_value(c["tau"]), fmt_value(c["tau_per_request"]))
+            for n, c in categories.items()
         ]
+        lines += ["", *table(header, cells)]
     spans = report.get("by_span") or {}
     if spans:
-        lines += ["", "| span | steps | tokens | tau |", "|---|---|---|---|"]
-        lines += [
-            f"| {name.replace('_', ' ')} | {c['steps']} | {c['tokens']} | {fmt_value(c['tau'])} |"
-            for name, c in spans.items()
+        cells = [
+            (n.replace("_", " "), c["steps"], c["tokens"], fmt_value(c["tau"])) for n, c in spans.items()
         ]
+        lines += ["", *table(["span", "steps", "tokens", "tau"], cells)]
     contexts = report.get("by_context") or []
     if len(contexts) > 1:  # one bucket says no more than the table above
-        lines += ["", "| context tokens | steps | tau | alpha |", "|---|---|---|---|"]
-        lines += [
-            f"| {c['context']} | {c['steps']} | {fmt_value(c['tau'])} | {fmt_value(c['alpha'])} |"
-            for c in contexts
-        ]
+        cells = [(c["context"], c["steps"], fmt_value(c["tau"]), fmt_value(c["alpha"])) for c in contexts]
+        lines += ["", *table(["context tokens", "steps", "tau", "alpha"], cells)]
     return "\n".join(lines)
 
 
@@ -258,13 +273,7 @@ def plot_panels(report: dict[str, Any]) -> list[tuple[str, list[str], list[float
 
 def plot_acceptance(report: dict[str, Any], out: Path) -> None:
     """A PNG of the report's panels (`plot_panels`; needs matplotlib: `pip install draftsmith[plot]`)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise ValueError("--plot needs matplotlib: pip install 'draftsmith[plot]' (or matplotlib)") from err
+    plt = pyplot()
     panels = plot_panels(report)
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.4), dpi=120, squeeze=False)
     for ax, (title, labels, values, ylabel) in zip(axes[0], panels, strict=True):
