@@ -26,7 +26,7 @@ def main() -> int:
     from draftsmith.data.chat_render import render_prompt
     from draftsmith.data.conversations import prompt_turns, read_conversations
     from draftsmith.models.target import FrozenTarget, TargetConfig
-    from draftsmith.train.core.data import left_pad
+    from draftsmith.runtime.tokens import left_pad
 
     convs = read_conversations("prompts:train", "auto", args.prompts)
     answers = {}

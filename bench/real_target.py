@@ -263,10 +263,11 @@ def vllm_cells(names: list[str], mode: str, vllm_batch: int) -> list[tuple[str, 
 def evaluate_cells(target: Path, names: list[str], out: Path, args: argparse.Namespace) -> None:
     """draftsmith's evaluator on every (drafter, dataset, temperature, tree): one target load, plain decoding
     once per dataset and temperature (the speedups' denominator and, at T = 0, the lossless reference)."""
-    from draftsmith.eval.acceptance import EvalArgs, evaluate, write_json
+    from draftsmith.eval.acceptance import EvalArgs, evaluate
     from draftsmith.eval.drafters import load_drafter_spec
     from draftsmith.eval.report import TurnResult
     from draftsmith.models.target import FrozenTarget, TargetConfig
+    from draftsmith.runtime.files import write_json
 
     model = FrozenTarget.load(TargetConfig(path=str(target), dtype="float32"))
     for dataset, rel in EVAL_SETS.items():
@@ -303,18 +304,18 @@ def evaluate_cells(target: Path, names: list[str], out: Path, args: argparse.Nam
                             record=turns,
                         )
                     except Exception as err:  # one cell's failure is a row, not the end of the benchmark
-                        write_json({"error": f"{type(err).__name__}: {err}"}, report_path)
+                        write_json(report_path, {"error": f"{type(err).__name__}: {err}"})
                         continue
                     if first:
                         plain = [turn.baseline.tokens if turn.baseline else None for turn in turns]
                         write_json(
-                            {"tokens_per_s": report["baseline_tokens_per_s"], "answers": plain}, base_path
+                            base_path, {"tokens_per_s": report["baseline_tokens_per_s"], "answers": plain}
                         )
                     base = json.loads(base_path.read_text())
                     report["speedup"] = report["tokens_per_s"] / base["tokens_per_s"]
                     if t == 0:  # every answer equal to plain greedy decoding of the same prompt
                         report["lossless"] = [turn.spec.tokens for turn in turns] == base["answers"]
-                    write_json(report, report_path)
+                    write_json(report_path, report)
 
 
 def main() -> int:

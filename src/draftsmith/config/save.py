@@ -4,12 +4,12 @@ directory and checkpoint stores)."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from draftsmith.runtime.files import write_text
 
 from .loader import _export
 
@@ -33,17 +33,4 @@ def save_config(cfg: Any, path: str | Path) -> None:
     The file is written to a temporary sibling and renamed, so a crash never leaves half a config next
     to a checkpoint.
     """
-    path = Path(path)
-    text = config_yaml(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a saved config is meant to be shared and read
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(Path(path), config_yaml(cfg))

@@ -22,33 +22,20 @@ model's own turn, which is still the target's text (counted as `tool_call_differ
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import re
-import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from draftsmith.runtime.http import HttpClient, RequestRejected
 
 from .formats import Conversation
 
-RETRY_STATUS = {408, 429, 500, 502, 503, 504}
-BACKOFF_S = (0.5, 16.0)  # first wait and the longest one
 _NO_TOOL_PARSER = re.compile(
     r"tool.choice.*(enable-auto-tool-choice|tool-call-parser)", re.IGNORECASE | re.DOTALL
 )
 _TOOL_CALL_TAGS = re.compile(r"^\s*<tool_call>\s*(.*?)\s*(</tool_call>)?\s*$", re.DOTALL)
-
-
-class ServerUnavailable(RuntimeError):
-    """The server did not answer after every retry: the run stops, and a rerun continues."""
-
-
-class RequestRejected(RuntimeError):
-    """The server refused this request (a 4xx other than 408 / 429): the conversation fails with its reason."""
 
 
 def api_base(url: str) -> str:
@@ -73,39 +60,10 @@ class Reply:
 
 
 @dataclass
-class EndpointClient:
-    """Chat completions from `base` (see `api_base`), `timeout_s` per request, `retries` retries."""
+class EndpointClient(HttpClient):
+    """Chat completions from `base` (see `api_base`) through the runtime's HTTP client (timeout, retries)."""
 
-    base: str
-    api_key: str | None = None
-    timeout_s: float = 600.0
-    retries: int = 4
     tool_choice: str = "auto"
-    stop: threading.Event = field(default_factory=threading.Event)  # set: give up instead of retrying
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        data = json.dumps(body).encode() if body is not None else None
-        problem = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                if self.stop.is_set():
-                    break
-                time.sleep(min(BACKOFF_S[0] * 2 ** (attempt - 1), BACKOFF_S[1]))
-            request = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return dict(json.loads(response.read()))
-            except urllib.error.HTTPError as err:
-                text = err.read().decode(errors="replace")
-                if err.code not in RETRY_STATUS:
-                    raise RequestRejected(f"HTTP {err.code}: {_error_message(text)}") from None
-                problem = f"HTTP {err.code}: {_error_message(text)}"
-            except (urllib.error.URLError, OSError, http.client.HTTPException, json.JSONDecodeError) as err:
-                problem = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
-        raise ServerUnavailable(f"{self.base}{path} did not answer after {self.retries} retries ({problem})")
 
     def models(self) -> list[dict[str, Any]]:
         """The served models (`GET /models`), each with its `id` (and vLLM's `max_model_len`)."""
@@ -133,15 +91,6 @@ class EndpointClient:
             int(usage.get("prompt_tokens") or 0),
             int(usage.get("completion_tokens") or 0),
         )
-
-
-def _error_message(text: str) -> str:
-    try:
-        err = json.loads(text)
-    except json.JSONDecodeError:
-        return text.strip()[:300]
-    inner = err.get("error", err) if isinstance(err, dict) else err
-    return str(inner.get("message", inner) if isinstance(inner, dict) else inner)[:300]
 
 
 def assistant_message(raw: dict[str, Any]) -> dict[str, Any]:

@@ -23,12 +23,11 @@ import logging
 import os
 import sys
 import sysconfig
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from draftsmith.runtime.files import user_cache
+from draftsmith.runtime.files import atomic_file, user_cache
 
 logger = logging.getLogger(__name__)
 
@@ -163,13 +162,10 @@ def _well_formed(record: Any) -> bool:
 def _write_cache(path: Path, records: list[dict[str, Any]]) -> None:
     """Write atomically: a reader never sees a half-written file, and a killed write leaves none."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with atomic_file(path) as tmp, tmp.open("w", encoding="utf-8") as f:
             f.write(json.dumps({**_header(), "count": len(records)}) + "\n")
             for record in records:
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
     except OSError as err:
         # A read-only home must not stop training: the scan only costs a few seconds to redo.
         logger.warning("could not write the stdlib corpus cache %s (%s); continuing without it", path, err)

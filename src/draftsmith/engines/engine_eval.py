@@ -267,7 +267,7 @@ def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         say(f"vLLM: plain decoding of {len(prompts)} answers (log: {work / 'vllm-plain.log'})", flush=True)
         plain = run_worker(engine, plain_job, work / "vllm-plain.log")
         if cached is not None:
-            write_json(asdict(plain), cached)
+            write_json(cached, asdict(plain))
     say(f"vLLM: speculative decoding, {json.dumps(spec)}", flush=True)
     spec_run = run_worker(
         engine, job(args, prompts, stops, spec, max_positions), work / "vllm-speculative.log"
@@ -344,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report:
         from draftsmith.eval.acceptance import write_json
 
-        write_json(report, Path(args.report))
+        write_json(Path(args.report), report)
         print(f"report: {args.report}")
     if not report["tau_agrees"] or report["lossless"] is False:
         print(

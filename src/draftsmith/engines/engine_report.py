@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from draftsmith.eval.report import fmt_value, pyplot, table
+from draftsmith.runtime.display import fmt_value, pyplot, table
 
 from .vllm_engine import VllmRun
 

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from draftsmith.data.endpoint import EndpointClient, RequestRejected, ServerUnavailable
 from draftsmith.runtime.errors import UserError
+from draftsmith.runtime.http import HttpClient, RequestRejected, ServerUnavailable
 
 from .setup import EngineEnv
 from .vllm_server import serve
@@ -95,8 +94,7 @@ def long_prompts(tokenizer: Any, documents: Sequence[str], length: int, count: i
 def spec_counters(url: str) -> dict[str, float]:
     """vLLM's speculative counters from its Prometheus endpoint (`{root}/metrics`), summed over label sets."""
     root = url.removesuffix("/v1")
-    with urllib.request.urlopen(root + "/metrics", timeout=30) as response:
-        return parse_counters(response.read().decode())
+    return parse_counters(HttpClient(root, timeout_s=30, retries=0).get_text("/metrics"))
 
 
 def parse_counters(text: str) -> dict[str, float]:
@@ -109,7 +107,7 @@ def parse_counters(text: str) -> dict[str, float]:
     return out
 
 
-def measure(client: EndpointClient, model: str, level: Level, job: dict[str, Any]) -> dict[str, Any]:
+def measure(client: HttpClient, model: str, level: Level, job: dict[str, Any]) -> dict[str, Any]:
     """Decode the level's prompts with `level.concurrency` requests in flight; tokens, seconds, tokens/s."""
 
     def one(ids: list[int]) -> int:
@@ -150,7 +148,7 @@ def run_server(
     with serve(
         engine, Path(job["model"]), log, max_model_len=length, extra=extra, enforce_eager=eager
     ) as server:
-        client = EndpointClient(server.url, timeout_s=1800, retries=0)
+        client = HttpClient(server.url, timeout_s=1800, retries=0)
         kind = "speculative" if job["speculative_config"] else "plain"
         out = []
         try:

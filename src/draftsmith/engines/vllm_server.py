@@ -10,19 +10,18 @@ an OOM kill would.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from draftsmith.runtime.errors import UserError
+from draftsmith.runtime.http import HttpClient, RequestRejected, ServerUnavailable
 
 from .setup import EngineEnv
 from .vllm_engine import last_error, worker_env
@@ -52,9 +51,8 @@ class Server:
 
     def ready(self) -> bool:
         try:
-            with urllib.request.urlopen(self.url + "/models", timeout=5) as response:
-                return bool(json.loads(response.read()).get("data"))
-        except OSError:
+            return bool(HttpClient(self.url, timeout_s=5, retries=0).request("GET", "/models").get("data"))
+        except (ServerUnavailable, RequestRejected):
             return False
 
 

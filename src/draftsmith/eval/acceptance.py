@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import platform
 import sys
@@ -28,6 +27,7 @@ import torch
 from draftsmith.eval.gate import FAIL, gate
 from draftsmith.eval.settings import EvalArgs, parse_eval_args
 from draftsmith.eval.settings import build_parser as build_eval_parser
+from draftsmith.runtime.files import write_json
 
 logger = logging.getLogger(__name__)
 
@@ -226,14 +226,6 @@ def evaluate(
     return report
 
 
-def write_json(report: dict[str, Any], path: Path) -> None:
-    """Write atomically (a temporary file renamed into place)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(path)
-
-
 def run(args: EvalArgs) -> int:
     from draftsmith.eval.report import markdown, plot_acceptance
 
@@ -245,13 +237,13 @@ def run(args: EvalArgs) -> int:
         bad = [f"{r['id']} turn {r['turn']}" for r in report["per_prompt"] if not r["matches_greedy"]]
         print(f"LOSSLESS CHECK FAILED: {len(bad)} answers differ from greedy decoding: {', '.join(bad[:5])}")
     if args.report:
-        write_json(report, Path(args.report))
+        write_json(Path(args.report), report)
         print(f"report: {args.report}")
     if args.plot:
         plot_acceptance(report, Path(args.plot))
         print(f"plot: {args.plot}")
     if args.save_eval:
-        write_json(report, Path(args.drafter) / "eval.json")
+        write_json(Path(args.drafter) / "eval.json", report)
         print(f"report saved in the checkpoint: {Path(args.drafter) / 'eval.json'}")
     if args.min_tau is not None:  # the deployment gate: the same rule as `draftsmith gate --min-tau`
         passed, reason = gate(report, None, args.min_tau, max_drop=0.0)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from draftsmith.runtime.display import fmt_value, pyplot, table
+
 from .decoder import Generation
 from .spans import by_span
 
@@ -172,33 +174,6 @@ def per_prompt_rows(turns: Sequence[TurnResult]) -> list[dict[str, Any]]:
             row["baseline_wall_time_s"] = t.baseline.wall_s
         rows.append(row)
     return rows
-
-
-def fmt_value(value: Any, digits: int = 3) -> str:
-    """A report value for a Markdown table: "-" for none, floats to `digits` places."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    """The lines of a Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-
-
-def pyplot() -> Any:
-    """matplotlib's pyplot on the file-only Agg backend; one line naming the install when it is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise ValueError("--plot needs matplotlib: pip install 'draftsmith[plot]' (or matplotlib)") from err
-    return plt
 
 
 def markdown(report: dict[str, Any]) -> str:

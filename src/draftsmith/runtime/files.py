@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,38 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise DamagedFile(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg})") from None
+
+
+def write_json(path: Path, data: Any, *, sort_keys: bool = False, ensure_ascii: bool = True) -> None:
+    """`data` as indented JSON with a final newline, written atomically (`atomic_file`); `read_json` reads it."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """`text` (UTF-8) written atomically (`atomic_file`)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """`with atomic_file(out) as tmp:` write the file `tmp` with any writer (text, safetensors, JSON lines); on
+    success it is flushed to disk, made readable by all (0644) and renamed to `out`, so readers see the old
+    or the new file, never half of one. On any failure `tmp` is removed and `out` is untouched. Missing
+    parent directories are created. The one atomic file writer: every stage writes files through it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; what draftsmith writes is meant to be shared and read
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk gets its space back
+        raise
 
 
 def draftsmith_version() -> str:

@@ -224,10 +224,11 @@ def compare_drafters(
     Plain decoding runs once, beside the first row: every row's speedup is against it and every row's answers
     are checked against its greedy answers (the same prompts, the same target), instead of decoding plainly
     four times."""
-    from draftsmith.eval.acceptance import EvalArgs, evaluate, write_json
+    from draftsmith.eval.acceptance import EvalArgs, evaluate
     from draftsmith.eval.drafters import load_drafter_spec
     from draftsmith.eval.report import TurnResult
     from draftsmith.models.target import FrozenTarget, TargetConfig
+    from draftsmith.runtime.files import write_json
 
     target = FrozenTarget.load(TargetConfig(path=str(target_dir)))
     rows: list[tuple[str, str, dict[str, Any]]] = []
@@ -255,7 +256,7 @@ def compare_drafters(
         report = evaluate(eval_args, target, load_drafter_spec(drafter, target), record=turns)
         if first:
             plain = turns
-            write_json(report, drafter_dir / "eval.json")
+            write_json(drafter_dir / "eval.json", report)
         else:
             base_tps = rows[0][2]["baseline_tokens_per_s"]
             report["speedup"] = (

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from draftsmith.eval.report import fmt_value as _fmt
 from draftsmith.models.families import family
+from draftsmith.runtime.display import fmt_value as _fmt
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

@@ -34,7 +34,8 @@ from draftsmith.models.losses import distill_loss
 from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget, LayerId, TargetHead, stop_token_ids
 from draftsmith.runtime.errors import run_main
-from draftsmith.train.core.data import DataBundle, collate, left_pad
+from draftsmith.runtime.tokens import left_pad
+from draftsmith.train.core.data import DataBundle, collate
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.loop import LoopResult
 from draftsmith.train.core.method import TrainingMethod

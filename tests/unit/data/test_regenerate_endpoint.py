@@ -14,6 +14,7 @@ import pytest
 
 from draftsmith.data import endpoint
 from draftsmith.data.conversations import read_conversations
+from draftsmith.runtime import http
 from draftsmith.runtime.errors import UserError
 from draftsmith.scripts.data.regenerate import build_parser, regenerate
 
@@ -140,7 +141,7 @@ def server():
 
 @pytest.fixture(autouse=True)
 def fast_backoff(monkeypatch):
-    monkeypatch.setattr(endpoint, "BACKOFF_S", (0.01, 0.02))
+    monkeypatch.setattr(http, "BACKOFF_S", (0.01, 0.02))
 
 
 def write_data(path, rows) -> str:

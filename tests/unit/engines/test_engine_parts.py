@@ -352,8 +352,7 @@ def test_a_plain_run_is_reused_only_for_an_identical_job(tmp_path):
     or venv is another file; a kept run reads back as the same VllmRun."""
     from dataclasses import asdict
 
-    from draftsmith.eval.acceptance import write_json
-    from draftsmith.runtime.files import read_json
+    from draftsmith.runtime.files import read_json, write_json
 
     job = {"model": "m", "prompts": [[1, 2]], "temperature": 0.0, "batch_size": 1, "speculative_config": None}
     path = plain_cache_file(str(tmp_path), job, "/venv/bin/python")
@@ -362,5 +361,5 @@ def test_a_plain_run_is_reused_only_for_an_identical_job(tmp_path):
     assert path != plain_cache_file(str(tmp_path), job | {"batch_size": 8}, "/venv/bin/python")
     assert path != plain_cache_file(str(tmp_path), job, "/other/bin/python")
     run = _run({"num_drafts": 0}, [{"token_ids": [5, 6], "wall_s": 0.5}])
-    write_json(asdict(run), path)
+    write_json(path, asdict(run))
     assert VllmRun(**read_json(path)) == run

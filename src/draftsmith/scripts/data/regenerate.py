@@ -42,7 +42,7 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.runtime.errors import UserError, run_main
-from draftsmith.train.core.data import left_pad
+from draftsmith.runtime.tokens import left_pad
 
 META_SUFFIX = ".meta.json"
 FAILED_SUFFIX = ".failed.jsonl"

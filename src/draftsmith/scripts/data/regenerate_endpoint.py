@@ -25,13 +25,12 @@ from draftsmith.data.endpoint import (
     EndpointClient,
     Regenerated,
     Reply,
-    RequestRejected,
-    ServerUnavailable,
     api_base,
     openai_tools,
     regenerate_conversation,
 )
 from draftsmith.runtime.errors import UserError
+from draftsmith.runtime.http import RequestRejected, ServerUnavailable
 
 from .regenerate import FAILED_SUFFIX, META_SUFFIX, Sampling, check_meta, read_done
 

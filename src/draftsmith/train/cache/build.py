@@ -31,6 +31,7 @@ from draftsmith.config.cli import make_parser, parse_args
 from draftsmith.config.save import config_to_dict
 from draftsmith.models.target import FrozenTarget, LayerId
 from draftsmith.runtime.errors import run_main
+from draftsmith.runtime.files import write_json
 from draftsmith.runtime.run_lock import main_process_lock
 from draftsmith.train.cache.store import (
     Storage,
@@ -38,7 +39,6 @@ from draftsmith.train.cache.store import (
     plan_shards,
     shard_name,
     write_index,
-    write_json,
     write_shard,
 )
 from draftsmith.train.core.data import build_datasets, collate

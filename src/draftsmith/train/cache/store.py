@@ -21,7 +21,6 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from draftsmith.models.target import FEATURE_PREFIX, LayerId, feature_key
-from draftsmith.runtime.files import sha256_file
+from draftsmith.runtime.files import atomic_file, sha256_file, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -128,14 +127,10 @@ def write_shard(
         for suffix, t in encode(torch.cat(rows), storage).items():
             tensors[feature_key(lid) + suffix] = t
     path = directory / f"{name}.safetensors"
-    tmp = path.with_suffix(".safetensors.tmp")
-    # One metadata entry: safetensors writes a map's entries in no fixed order, which would change the
-    # bytes (and the checksum) of a shard rewritten with the same content.
-    save_file(tensors, str(tmp), metadata={"format": f"{FORMAT}:{storage}"})
-    with tmp.open("rb") as f:
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)  # safetensors creates the file 0600; a cache is meant to be shared
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        # One metadata entry: safetensors writes a map's entries in no fixed order, which would change the
+        # bytes (and the checksum) of a shard rewritten with the same content.
+        save_file(tensors, str(tmp), metadata={"format": f"{FORMAT}:{storage}"})
     entry = {
         "file": path.name,
         "samples": [first_sample, first_sample + len(samples)],
@@ -181,13 +176,6 @@ def write_index(directory: Path, header: dict[str, Any], splits: dict[str, list[
     path = directory / INDEX_NAME
     write_json(path, index)
     return path
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write `data` as JSON atomically (a temporary sibling, then a rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def _check_shard(shard: Path, entry: dict[str, Any]) -> None:
