@@ -24,28 +24,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftsmith.models.families import FAMILIES
 from draftsmith.toy.tiny_targets import ARCHITECTURES, available, build_tiny_target
 
-KINDS: dict[str, tuple[str, str, list[str]]] = {  # kind -> (train method, recipe, overrides)
-    "medusa": ("medusa", "medusa/tiny.yaml", ["draft.num_heads=2"]),
-    "medusa2": ("medusa", "medusa/medusa2_toy.yaml", ["draft.num_heads=2", "medusa2.warmup_steps=1"]),
-    "eagle": ("eagle", "eagle/eagle1_toy.yaml", []),
-    "eagle3": ("eagle", "eagle/eagle3_tiny.yaml", ["draft.feature_layers=[1,2,3]", "draft.ttt_steps=2"]),
-    "eagle3_qwen3": (
-        "eagle",
-        "eagle/eagle3_tiny.yaml",
-        ["draft.feature_layers=[1,2,3]", "draft.ttt_steps=2", "draft.layer=qwen3"],
-    ),
-    "mtp": ("mtp", "mtp/toy.yaml", ["draft.num_modules=1", "train.allow_unserved=false"]),
-    "draft_lm": ("distill", "distill/toy.yaml", []),
-    "dflash": ("dflash", "dflash/tiny.yaml", ["draft.feature_layers=[1,2,3]", "draft.num_anchors=8"]),
-    "peagle": ("peagle", "peagle/tiny.yaml", ["draft.feature_layers=[1,2,3]"]),
+# Variants the matrix runs beside each family's own tiny run (the record's `tiny_recipe`): name -> (the kind it
+# is a variant of and exports as, its recipe (None: the kind's), overrides added to the kind's).
+VARIANTS: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
+    "medusa2": ("medusa", "medusa/medusa2_toy.yaml", ("medusa2.warmup_steps=1",)),
+    "eagle3_qwen3": ("eagle3", None, ("draft.layer=qwen3",)),  # speculators' qwen3 layer: vLLM serves it
 }
-EXPORT_KIND = {
-    "medusa2": "medusa",
-    "eagle3_qwen3": "eagle3",
-}  # the checkpoint kind a training kind exports as
-DRAFT_LAYER = {"eagle3_qwen3": "qwen3"}  # speculators' qwen3 draft layer: vLLM serves it, SGLang does not
+DRAFT_LAYER = {"eagle3_qwen3": "qwen3"}
+EXPORT_KIND = {name: kind for name, (kind, _, _) in VARIANTS.items()}  # the checkpoint kind a variant exports as
+
+
+def _kinds() -> dict[str, tuple[str, str, list[str]]]:
+    """Kind or variant -> (train method, recipe, overrides): every family with a tiny run, each followed by its
+    variants (the order decides which cells the default test run covers)."""
+    out: dict[str, tuple[str, str, list[str]]] = {}
+    for kind, f in FAMILIES.items():
+        if f.tiny_recipe is None or f.train_method is None:
+            continue
+        out[kind] = (f.train_method, f.tiny_recipe, list(f.tiny_overrides))
+        for name, (base, recipe, extra) in VARIANTS.items():
+            if base == kind:
+                out[name] = (f.train_method, recipe or f.tiny_recipe, [*f.tiny_overrides, *extra])
+    return out
+
+
+KINDS = _kinds()
 COMMON = [
     "data.train=[stdlib:train]",
     "data.eval=[stdlib:heldout]",

@@ -42,6 +42,12 @@ def default_feature_layers(num_layers: int) -> list[int]:
     return ids
 
 
+def resolve_draft_vocab(configured: int, target_vocab: int) -> int:
+    """The draft vocabulary a recipe's `draft.draft_vocab_size` gives (EAGLE-3, P-EAGLE): 0 means the target's
+    full vocabulary (no d2t / t2d map), and a size at or above the target's is the full vocabulary too."""
+    return min(configured or target_vocab, target_vocab)
+
+
 def build_vocab_map(counts: torch.Tensor, draft_vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`(d2t [Vd] long offsets, t2d [V] bool)` from assistant-token counts `[V]` (ties: lower id first)."""
     V = counts.shape[0]

@@ -48,6 +48,11 @@ class Family:
     vocab_map: bool = False  # drafts over a reduced vocabulary mapped by d2t / t2d (the card gives its size)
     # its checkpoint is itself the directory every engine loads (push uploads it at the repository root).
     ships_as_is: bool = False
+    # A few-step run on a tiny target: its recipe under recipes/ and the overrides that make it small. The
+    # architecture matrix (bench/arch_matrix.py, tests/unit/test_architectures.py) trains, decodes and exports
+    # every kind that has one on every architecture, so a new family is in the matrix by its record alone.
+    tiny_recipe: str | None = None
+    tiny_overrides: tuple[str, ...] = ()
 
     def resolve(self, part: str) -> Any:
         """The object a dotted-path part names (`module`, `config`, `drafter`, `served_target`, `served_targets`, or
@@ -100,6 +105,8 @@ FAMILIES: dict[str, Family] = index(
             },
             why_not={"sglang": "SGLang has no Medusa"},
             served_target=f"{_M}.medusa2:merged_adapter",
+            tiny_recipe="medusa/tiny.yaml",
+            tiny_overrides=("draft.num_heads=2",),
         ),
         Family(
             kind="eagle",
@@ -116,6 +123,7 @@ FAMILIES: dict[str, Family] = index(
             },
             why_not={"tgi": "TGI has no EAGLE"},
             feature_layers=True,
+            tiny_recipe="eagle/eagle1_toy.yaml",
         ),
         Family(
             kind="eagle3",
@@ -135,6 +143,8 @@ FAMILIES: dict[str, Family] = index(
             vocab_map=True,
             serving_note="any target; with the qwen3 draft layer: vLLM only",
             layer_engines={"qwen3": ("vllm",)},
+            tiny_recipe="eagle/eagle3_tiny.yaml",
+            tiny_overrides=("draft.feature_layers=[1,2,3]", "draft.ttt_steps=2"),
         ),
         Family(
             kind="mtp",
@@ -151,8 +161,10 @@ FAMILIES: dict[str, Family] = index(
             },
             why_not={"tgi": "TGI has no MTP"},
             feature_layers=True,
-            served_targets=f"{_M}.mtp:NATIVE_MTP_TYPES",
+            served_targets=f"{_M}.mtp:NATIVE_MTP",
             serving_note="only for DeepSeek-V3 (nextn) and Qwen3-Next / Qwen3.5 (mtp.*) targets",
+            tiny_recipe="mtp/toy.yaml",
+            tiny_overrides=("draft.num_modules=1", "train.allow_unserved=false"),
         ),
         Family(
             kind="draft_lm",
@@ -170,6 +182,7 @@ FAMILIES: dict[str, Family] = index(
             why_not={"tgi": "TGI has no separate draft model"},
             serving_note="beside a target it shares a tokenizer with",
             ships_as_is=True,
+            tiny_recipe="distill/toy.yaml",
         ),
         Family(
             kind="dflash",
@@ -186,6 +199,8 @@ FAMILIES: dict[str, Family] = index(
             },
             why_not={"tgi": "TGI has no DFlash"},
             feature_layers=True,
+            tiny_recipe="dflash/tiny.yaml",
+            tiny_overrides=("draft.feature_layers=[1,2,3]", "draft.num_anchors=8"),
         ),
         Family(
             kind="peagle",
@@ -203,6 +218,8 @@ FAMILIES: dict[str, Family] = index(
             },
             feature_layers=True,
             vocab_map=True,
+            tiny_recipe="peagle/tiny.yaml",
+            tiny_overrides=("draft.feature_layers=[1,2,3]",),
         ),
         Family(
             kind="ngram",

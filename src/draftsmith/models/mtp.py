@@ -11,7 +11,7 @@ target's last residual stream, canonical id L, pre-norm) and the embedding of to
 Loss: (lambda / D) * sum_k CE(logits^k_i, t_{i+k+1}) over the columns whose predicted token is an answer
 token. Nothing is copied from transformers' modeling files. The block (with its input norm: MTP blocks are
 full transformer blocks) is the target family's own decoder layer where engines serve that family's native
-MTP (DeepSeek-V3, Qwen3-Next, Qwen3.5: `NATIVE_MTP_TYPES`), else a Llama-style block with the target's
+MTP (DeepSeek-V3, Qwen3-Next, Qwen3.5: `NATIVE_MTP`), else a Llama-style block with the target's
 dimensions (models/draft_layer.py), which only draftsmith's evaluator runs.
 
 Export layout (`nextn_state_dict`), DeepSeek-V3's `num_nextn_predict_layers` style: module k (1-based) of a
@@ -61,9 +61,16 @@ def shift_tokens(input_ids: torch.Tensor, k: int) -> torch.Tensor:
     return torch.cat([input_ids[:, k:], torch.zeros_like(input_ids[:, :k])], dim=1)
 
 
-# Target families whose own MTP layer engines serve (DeepSeek-V3 nextn; Qwen3-Next / Qwen3.5 `mtp.*`): their
-# modules use the family's own decoder layer. Every other target gets a Llama-style block.
-NATIVE_MTP_TYPES = ("deepseek_v3", "qwen3_next", "qwen3_5_text", "qwen3_5")
+# Target model type -> the native MTP layout engines load for it (DeepSeek-V3's nextn layer; Qwen3-Next /
+# Qwen3.5's `mtp.*`). The MTP family record names this table as the targets engines serve MTP beside
+# (models/families.py `served_targets`); export picks the layout from it (ship/layouts/mtp.py). Modules for
+# these targets use the family's own decoder layer; every other target gets a Llama-style block.
+NATIVE_MTP = {
+    "deepseek_v3": "nextn",
+    "qwen3_next": "qwen3-mtp",
+    "qwen3_5_text": "qwen3-mtp",
+    "qwen3_5": "qwen3-mtp",
+}
 
 
 def native_block(target_config: Any) -> tuple[nn.Module, nn.Module]:
@@ -91,7 +98,7 @@ class MTPModule(nn.Module):
 
     def __init__(self, target_config: Any):
         super().__init__()
-        if str(getattr(target_config, "model_type", "")) in NATIVE_MTP_TYPES:
+        if str(getattr(target_config, "model_type", "")) in NATIVE_MTP:
             self.block, self.rotary_emb = native_block(target_config)
             config = target_config.get_text_config()
             norm_cls: Any = type(self.block.input_layernorm)

@@ -13,14 +13,6 @@ from typing import Any
 
 from .families import ENGINES, FAMILIES, family
 
-NATIVE_MTP = {  # target model_type -> the native MTP layout engines load
-    "deepseek_v3": "nextn",
-    "qwen3_next": "qwen3-mtp",
-    "qwen3_5_text": "qwen3-mtp",
-    "qwen3_5": "qwen3-mtp",
-}
-
-
 def _served_by(kind: str) -> tuple[str, ...]:
     """The serving engines with a layout for `kind` (`hf` is the Hub's official layout, not an engine)."""
     return tuple(e for e in family(kind).layouts if e != "hf")

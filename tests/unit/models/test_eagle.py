@@ -12,6 +12,7 @@ from draftsmith.models.eagle3 import (
     Eagle3Draft,
     build_vocab_map,
     default_feature_layers,
+    resolve_draft_vocab,
     ttt_mask,
 )
 from draftsmith.models.losses import eagle1_loss, eagle3_step_loss, soft_cross_entropy
@@ -225,3 +226,9 @@ def test_eagle3_step_alpha_is_the_overlap_over_kept_positions():
     assert 0 < float(alpha) < float(kept.sum())
     perfect = eagle3_step_loss(tgt[..., t2d], tgt, mask, t2d)[3]  # q = p: every kept position overlaps fully
     torch.testing.assert_close(perfect, kept.sum().float())
+
+
+def test_draft_vocabulary_zero_means_the_targets_full_vocabulary():
+    assert resolve_draft_vocab(0, 49152) == 49152  # 0: the full vocabulary, no d2t map
+    assert resolve_draft_vocab(32000, 49152) == 32000
+    assert resolve_draft_vocab(65536, 49152) == 49152  # never more than the target has

@@ -53,6 +53,10 @@ def test_every_part_exists_or_says_why_not(kind):
     assert set(f.layouts) <= set(ENGINES) and not set(f.layouts) & set(f.why_not)
     if f.served_target is not None:
         assert callable(f.resolve("served_target"))
+    # every trained kind has a tiny run, so the architecture matrix covers it by its record alone
+    assert (f.tiny_recipe is None) == (f.train_method is None), f"{kind}: tiny_recipe"
+    if f.tiny_recipe is not None:
+        assert (SRC / "recipes" / f.tiny_recipe).is_file() and f.tiny_recipe.startswith(f"{f.train_method}/")
     if f.served_targets is not None:
         assert f.resolve("served_targets") and all(isinstance(t, str) for t in f.resolve("served_targets"))
     for engines in f.layer_engines.values():

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from draftsmith.models.mtp import nextn_tensors
-from draftsmith.models.serving import NATIVE_MTP, unserved_reason
+from draftsmith.models.mtp import NATIVE_MTP, nextn_tensors
+from draftsmith.models.serving import unserved_reason
 
 from .common import Export, ExportError, LayoutSpec, TargetInfo, vllm_serve, vllm_speculative
 
