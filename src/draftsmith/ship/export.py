@@ -24,11 +24,12 @@ from draftsmith.models.checkpoint import read_drafter_config, read_drafter_weigh
 from draftsmith.models.draft_lm import METADATA_NAME
 from draftsmith.models.families import ENGINES, family
 from draftsmith.models.serving import engine_table
-from draftsmith.runtime.files import read_json, verify_hashes
+from draftsmith.runtime.files import read_json, verify_hashes, write_text
 from draftsmith.runtime.run_lock import RunLock
 
-from .layouts.common import Export, ExportError, LayoutSpec, TargetInfo, rope_settings, validate, write_export
+from .layouts.common import Export, ExportError, LayoutSpec, validate, write_export
 from .layouts.draft_lm import read_draft_lm_state
+from .layouts.target_info import TargetInfo, rope_settings
 
 Layout = Callable[[dict[str, Any], TargetInfo, str], tuple[Export, LayoutSpec]]
 
@@ -153,7 +154,7 @@ def export(
         write_export(built, out, src_info, passed)
     eval_json = source["dir"] / "eval.json"
     if eval_json.is_file():  # the measured report travels with the export (the Hub card reads it)
-        (out / "eval.json").write_text(eval_json.read_text())
+        write_text(out / "eval.json", eval_json.read_text())
     return out, passed, built
 
 

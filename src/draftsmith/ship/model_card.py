@@ -14,48 +14,56 @@ from typing import Any
 
 import yaml
 
-from draftsmith.models.families import family
+from draftsmith.models.families import Family, family
 from draftsmith.runtime.display import fmt_value as _fmt
+from draftsmith.runtime.display import table
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
+# The tau table's columns: what a report was measured under, then what it measured.
+SETTING_COLUMNS = ["data", "prompts", "T", "top-p", "depth", "tree", "seed"]
+FIGURE_COLUMNS = ["tau", "± s.e.", "alpha", "speedup", "lossless"]
+
 
 def tau_table(reports: list[dict[str, Any]]) -> list[str]:
-    rows = [
-        "| data | prompts | T | top-p | depth | tree | seed | tau | ± s.e. | alpha | speedup | lossless |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    """One row per acceptance report: its settings and measured figures (tau in bold)."""
+    rows = []
     for r in reports:
         s = r.get("settings", {})
         rows.append(
-            f"| {s.get('data', '-')} | {r.get('num_prompts', '-')} | {_fmt(s.get('temperature'), 1)} | "
-            f"{_fmt(s.get('top_p'), 2)} | {s.get('depth', '-')} | {s.get('tree', '-')} | {s.get('seed', '-')} | "
-            f"**{_fmt(r.get('tau'))}** | {_fmt(r.get('tau_stderr'))} | {_fmt(r.get('alpha'))} | "
-            f"{_fmt(r.get('speedup'), 2)} | {_fmt(r.get('lossless'))} |"
+            [
+                s.get("data", "-"),
+                r.get("num_prompts", "-"),
+                _fmt(s.get("temperature"), 1),
+                _fmt(s.get("top_p"), 2),
+                s.get("depth", "-"),
+                s.get("tree", "-"),
+                s.get("seed", "-"),
+                f"**{_fmt(r.get('tau'))}**",
+                _fmt(r.get("tau_stderr")),
+                _fmt(r.get("alpha")),
+                _fmt(r.get("speedup"), 2),
+                _fmt(r.get("lossless")),
+            ]
         )
-    return rows
+    return table(SETTING_COLUMNS + FIGURE_COLUMNS, rows)
 
 
 def depth_table(reports: list[dict[str, Any]]) -> list[str]:
+    """Acceptance at each draft depth, one row per report, as deep as the deepest report; none without depths."""
     depth = max((len(r.get("acceptance_by_depth") or []) for r in reports), default=0)
     if depth == 0:
         return []
-    rows = [
-        "| data | T | " + " | ".join(f"depth {k}" for k in range(1, depth + 1)) + " |",
-        "|---|---|" + "---|" * depth,
-    ]
+    rows = []
     for r in reports:
         s = r.get("settings", {})
         acc = list(r.get("acceptance_by_depth") or []) + [None] * depth
-        rows.append(
-            f"| {s.get('data', '-')} | {_fmt(s.get('temperature'), 1)} | "
-            + " | ".join(_fmt(a) for a in acc[:depth])
-            + " |"
-        )
-    return rows
+        rows.append([s.get("data", "-"), _fmt(s.get("temperature"), 1), *(_fmt(a) for a in acc[:depth])])
+    return table(["data", "T", *(f"depth {k}" for k in range(1, depth + 1))], rows)
 
 
 def versions_line(reports: list[dict[str, Any]]) -> str:
+    """The draftsmith, torch and transformers versions and the device of the reports, each distinct line once."""
     seen = []
     for r in reports:
         v = r.get("settings", {}).get("versions", {})
@@ -82,11 +90,20 @@ def render_card(
     license_id: str,
 ) -> str:
     """README.md for `repo` (see the module docstring)."""
-    kind = source["kind"]
-    record = family(kind)
-    config = source["config"]
-    target = source["target"]
-    base = target.get("name_or_path", "")
+    record = family(source["kind"])
+    base = source["target"].get("name_or_path", "")
+    out = _front_matter(record, base, license_id)
+    out += _introduction(repo, record, base, source["config"])
+    out += _measured_section(reports)
+    out += _drafter_section(source, record, base)
+    out += _training_section(source)
+    out += _serve_section(repo, exports)
+    out += _measure_again(repo, base)
+    return "\n".join(out)
+
+
+def _front_matter(record: Family, base: str, license_id: str) -> list[str]:
+    """The YAML metadata the Hub reads (base_model only for a target known by its Hub id)."""
     meta: dict[str, Any] = {
         "library_name": "draftsmith",
         "license": license_id,
@@ -95,39 +112,50 @@ def render_card(
     }
     if HUB_ID.match(base) and not Path(base).exists():
         meta["base_model"] = base
-    training = config.get("training", {})
-    out = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", ""]
-    out += [f"# {repo.split('/')[-1]}", ""]
+    return ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", ""]
+
+
+def _introduction(repo: str, record: Family, base: str, config: dict[str, Any]) -> list[str]:
+    """The title and the sentence saying what the drafter is for."""
     title = record.title
-    out += [
+    return [
+        f"# {repo.split('/')[-1]}",
+        "",
         f"{'An' if title[0] in 'AEIOU' else 'A'} {title} for **{base}**, trained and measured with "
         f"draftsmith {config.get('draftsmith_version', '')}. It drafts tokens that the "
         "target verifies: outputs are the target's own (lossless at every temperature).",
         "",
     ]
-    out += ["## Measured acceptance", ""]
-    if reports:
-        out += [
-            "Real speculative decoding against the target on held-out prompts (`draftsmith eval`). tau = "
-            "tokens committed per target forward, bonus token included; alpha = accepted / proposed draft "
-            "tokens; speedup = tokens/s against plain decoding of the same prompts on the machine named "
-            "below (a CPU figure says nothing about GPU serving).",
-            "",
-        ]
-        out += tau_table(reports) + [""]
-        table = depth_table(reports)
-        if table:
-            out += (
-                ["Acceptance at each draft depth (given the earlier depths were accepted):", ""]
-                + table
-                + [""]
-            )
-        out += [f"Versions and device: {versions_line(reports)}.", ""]
-    else:
-        out += ["**Not measured.** This drafter was pushed without an acceptance report.", ""]
-    out += ["## Drafter", ""]
+
+
+def _measured_section(reports: list[dict[str, Any]]) -> list[str]:
+    """The acceptance tables of the reports, or the statement that nothing was measured."""
+    out = ["## Measured acceptance", ""]
+    if not reports:
+        return out + ["**Not measured.** This drafter was pushed without an acceptance report.", ""]
     out += [
-        f"- kind: `{kind}`",
+        "Real speculative decoding against the target on held-out prompts (`draftsmith eval`). tau = "
+        "tokens committed per target forward, bonus token included; alpha = accepted / proposed draft "
+        "tokens; speedup = tokens/s against plain decoding of the same prompts on the machine named "
+        "below (a CPU figure says nothing about GPU serving).",
+        "",
+    ]
+    out += tau_table(reports) + [""]
+    depths = depth_table(reports)
+    if depths:
+        out += (
+            ["Acceptance at each draft depth (given the earlier depths were accepted):", ""] + depths + [""]
+        )
+    return out + [f"Versions and device: {versions_line(reports)}.", ""]
+
+
+def _drafter_section(source: dict[str, Any], record: Family, base: str) -> list[str]:
+    """The drafter's kind, its target's identity, the features and vocabulary it reads, and its settings."""
+    config, target = source["config"], source["target"]
+    out = [
+        "## Drafter",
+        "",
+        f"- kind: `{source['kind']}`",
         f"- target: `{base}` (revision {target.get('revision') or 'not pinned'}; "
         f"vocabulary {target.get('vocab_size')}, hidden size {target.get('hidden_size')}, "
         f"{target.get('num_layers')} layers; tokenizer sha256 `{str(target.get('tokenizer_sha256'))[:16]}…`)",
@@ -137,35 +165,40 @@ def render_card(
     if config.get("draft_vocab_size") and record.vocab_map:
         out.append(f"- draft vocabulary: {config['draft_vocab_size']} tokens (mapped by `d2t` / `t2d`)")
     settings = config.get("drafter") or {k: v for k, v in config.items() if k not in ("target", "training")}
-    out += [f"- settings: `{json.dumps(settings, sort_keys=True)[:600]}`", ""]
-    out += ["## Training", ""]
-    if training:
-        out.append(f"- optimizer steps: {training.get('steps', '-')}")
-        heldout = {
-            k: v for k, v in (training.get("heldout") or {}).items() if "top1" in k or k.endswith("loss")
-        }
-        if heldout:
-            shown = ", ".join(f"{k.removeprefix('eval/')} {_fmt(v)}" for k, v in list(heldout.items())[:8])
-            out.append(f"- held-out teacher-forced metrics at the end: {shown}")
-        recipe = training.get("recipe") or _run_recipe(source["dir"])
-        if recipe:
-            data = recipe.get("data", {})
-            out.append(f"- training data: {data.get('train', '-')}; held out: {data.get('eval', '-')}")
-            out += [
-                "",
-                "<details><summary>Resolved recipe</summary>",
-                "",
-                "```yaml",
-                yaml.safe_dump(recipe, sort_keys=False).strip(),
-                "```",
-                "",
-                "</details>",
-            ]
-        else:
-            out.append("- recipe: not recorded in this checkpoint")
-    else:
-        out.append("Not recorded in this checkpoint.")
-    out += ["", "## Serve it", ""]
+    return out + [f"- settings: `{json.dumps(settings, sort_keys=True)[:600]}`", ""]
+
+
+def _training_section(source: dict[str, Any]) -> list[str]:
+    """Steps, held-out metrics, data and the resolved recipe, as far as the checkpoint recorded them."""
+    out = ["## Training", ""]
+    training = source["config"].get("training", {})
+    if not training:
+        return out + ["Not recorded in this checkpoint."]
+    out.append(f"- optimizer steps: {training.get('steps', '-')}")
+    heldout = {k: v for k, v in (training.get("heldout") or {}).items() if "top1" in k or k.endswith("loss")}
+    if heldout:
+        shown = ", ".join(f"{k.removeprefix('eval/')} {_fmt(v)}" for k, v in list(heldout.items())[:8])
+        out.append(f"- held-out teacher-forced metrics at the end: {shown}")
+    recipe = training.get("recipe") or _run_recipe(source["dir"])
+    if not recipe:
+        return out + ["- recipe: not recorded in this checkpoint"]
+    data = recipe.get("data", {})
+    return out + [
+        f"- training data: {data.get('train', '-')}; held out: {data.get('eval', '-')}",
+        "",
+        "<details><summary>Resolved recipe</summary>",
+        "",
+        "```yaml",
+        yaml.safe_dump(recipe, sort_keys=False).strip(),
+        "```",
+        "",
+        "</details>",
+    ]
+
+
+def _serve_section(repo: str, exports: dict[str, dict[str, Any]]) -> list[str]:
+    """Per engine: how to download its layout and the commands that serve it, with its notes."""
+    out = ["", "## Serve it", ""]
     out += ["Each engine's layout was validated against the target before upload (`draftsmith export`).", ""]
     for engine, info in exports.items():
         folder = info["folder"]
@@ -176,7 +209,12 @@ def render_card(
         out += [cmd.replace("{dir}", where) for cmd in info.get("serve", [])]
         out += ["```", ""] + [f"- {note}" for note in info.get("notes", [])]
         out += [""] if info.get("notes") else []
-    out += [
+    return out
+
+
+def _measure_again(repo: str, base: str) -> list[str]:
+    """The commands that measure the pushed drafter on a user's own prompts and gate it."""
+    return [
         "Measure it again on your own prompts before deploying (exit status 3 when it fails the gate):",
         "",
         "```bash",
@@ -185,4 +223,3 @@ def render_card(
         "```",
         "",
     ]
-    return "\n".join(out)

@@ -29,9 +29,10 @@ from typing import Any
 from draftsmith.models.families import family
 from draftsmith.models.serving import serving_engines
 from draftsmith.runtime.errors import UserError
+from draftsmith.runtime.files import write_json, write_text
 
 from .export import export, read_source
-from .layouts.common import TargetInfo
+from .layouts.target_info import TargetInfo
 from .model_card import HUB_ID, render_card
 
 ENGINE_FOLDER = "engines"
@@ -82,11 +83,11 @@ def scrub_local_paths(folder: Path, known: dict[str, str]) -> None:
             data = json.loads(path.read_text())
             cleaned = walk(data)
             if cleaned != data:  # files without local paths (a tokenizer's) stay byte for byte as written
-                path.write_text(json.dumps(cleaned, indent=2, ensure_ascii=False) + "\n")
+                write_json(path, cleaned, ensure_ascii=False)
         elif path.suffix in (".md", ".yaml", ".yml"):
             text = path.read_text()
             if clean(text) != text:
-                path.write_text(clean(text))
+                write_text(path, clean(text))
 
 
 def stage(
@@ -104,6 +105,25 @@ def stage(
     src = Path(ckpt).expanduser()
     source = read_source(src)
     public_target = hub_target(source, target, target_repo)
+    report_files = _report_files(src, reports, allow_unmeasured)
+    loaded = _read_reports(report_files)
+    if folder.exists() and any(folder.iterdir()):
+        raise ValueError(f"{folder} is not empty; --dry-run needs a new or empty directory")
+    folder.mkdir(parents=True, exist_ok=True)
+    _copy_checkpoint(src, folder)
+    if len(loaded) > 1 or report_files[:1] != [src / "eval.json"]:
+        for i, report in enumerate(loaded):  # the reports the card cites travel with it
+            write_json(folder / ("eval.json" if i == 0 else f"eval-{i}.json"), report)
+    exports = _export_engines(src, source, folder, target)
+    card_source = {**source, "target": {**source["target"], "name_or_path": public_target}}
+    write_text(folder / "README.md", render_card(repo, card_source, loaded, exports, license_id))
+    scrub_local_paths(folder, _public_names(target or source["target_name"], public_target))
+    return {"folder": str(folder), "engines": list(exports), "reports": len(loaded), "target": public_target}
+
+
+def _report_files(src: Path, reports: list[Path] | None, allow_unmeasured: bool) -> list[Path]:
+    """The acceptance reports the card cites: those given, else the checkpoint's eval.json (none only when
+    allowed)."""
     report_files = list(reports or [])
     if not report_files and (src / "eval.json").is_file():
         report_files = [src / "eval.json"]
@@ -112,59 +132,65 @@ def stage(
             f"{src} has no eval.json: measure the drafter first (`draftsmith eval --target ... --drafter {src} "
             "--data HELDOUT --save-eval`), pass --eval REPORT.json, or push anyway with --allow-unmeasured"
         )
+    return report_files
+
+
+def _read_reports(report_files: list[Path]) -> list[dict[str, Any]]:
+    """Each report file's JSON; one line naming the file that is not a readable report."""
     loaded = []
     for f in report_files:
         try:
             loaded.append(json.loads(Path(f).read_text()))
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"--eval {f}: not a readable acceptance report ({err})") from err
-    if folder.exists() and any(folder.iterdir()):
-        raise ValueError(f"{folder} is not empty; --dry-run needs a new or empty directory")
-    folder.mkdir(parents=True, exist_ok=True)
-    for item in src.iterdir():  # the checkpoint itself (a Medusa-2 adapter/ included)
+    return loaded
+
+
+def _copy_checkpoint(src: Path, folder: Path) -> None:
+    """The checkpoint itself (a Medusa-2 adapter/ included), without an old card, exports or leftovers."""
+    for item in src.iterdir():
         if item.name in ("README.md", ENGINE_FOLDER) or item.name.endswith((".tmp", ".old")):
             continue
         (shutil.copytree if item.is_dir() else shutil.copy2)(item, folder / item.name)
-    if len(loaded) > 1 or report_files[:1] != [src / "eval.json"]:
-        for i, report in enumerate(loaded):  # the reports the card cites travel with it
-            name = "eval.json" if i == 0 else f"eval-{i}.json"
-            (folder / name).write_text(json.dumps(report, indent=2) + "\n")
-    exports: dict[str, dict[str, Any]] = {}
-    # The engines that serve this kind for this target and draft layer (its record's serving limits).
+
+
+def _export_engines(
+    src: Path, source: dict[str, Any], folder: Path, target: str | None
+) -> dict[str, dict[str, Any]]:
+    """Export the drafter for every engine that serves its kind for this target and draft layer (its record's
+    serving limits), under `engines/<engine>/`; returns what the card says of each export."""
     target_config = TargetInfo(target or source["target_name"], source["target"].get("revision")).config
     engines = list(
         serving_engines(
             source["kind"], target_config, source["config"].get("drafter", {}).get("layer", "llama")
         )
     )
-    if family(source["kind"]).ships_as_is:  # the root is the directory engines load (a draft LM's)
-        for engine in engines:
+    as_is = family(source["kind"]).ships_as_is  # the root is the directory engines load (a draft LM's)
+    exports: dict[str, dict[str, Any]] = {}
+    for engine in engines:
+        if as_is:
             with tempfile.TemporaryDirectory() as tmp:
                 _, _, built = export(src, engine, Path(tmp) / "x", target)
-            exports[engine] = {
-                "folder": "",
-                "layout": built.layout,
-                "serve": built.serve,
-                "notes": built.notes,
-            }
-    else:
-        for engine in engines:
+            where = ""
+        else:
             out, _, built = export(src, engine, folder / ENGINE_FOLDER / engine, target)
             (out / "eval.json").unlink(missing_ok=True)  # one copy, at the root
-            exports[engine] = {
-                "folder": f"{ENGINE_FOLDER}/{engine}",
-                "layout": built.layout,
-                "serve": built.serve,
-                "notes": built.notes,
-            }
-    card_source = {**source, "target": {**source["target"], "name_or_path": public_target}}
-    (folder / "README.md").write_text(render_card(repo, card_source, loaded, exports, license_id))
-    local_target = target or source["target_name"]
+            where = f"{ENGINE_FOLDER}/{engine}"
+        exports[engine] = {
+            "folder": where,
+            "layout": built.layout,
+            "serve": built.serve,
+            "notes": built.notes,
+        }
+    return exports
+
+
+def _public_names(local_target: str, public_target: str) -> dict[str, str]:
+    """The local names of the target (as given, and resolved when it is a directory) -> its Hub id."""
     known = {local_target: public_target}
     if Path(local_target).expanduser().exists():
         known[str(Path(local_target).expanduser().resolve())] = public_target
-    scrub_local_paths(folder, known)
-    return {"folder": str(folder), "engines": list(exports), "reports": len(loaded), "target": public_target}
+    return known
 
 
 def upload(folder: Path, repo: str, private: bool, revision: str | None, message: str) -> str:

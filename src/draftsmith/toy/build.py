@@ -17,7 +17,8 @@ from pathlib import Path
 
 from draftsmith.models.gguf import PACKAGED, NotInstalled, build_packaged
 from draftsmith.runtime.files import user_cache
-from draftsmith.toy.target import PRESETS, build_toy_target
+from draftsmith.toy.presets import PRESETS
+from draftsmith.toy.target import build_toy_target
 
 
 def default_target_dir(preset: str, seed: int = 0) -> Path:

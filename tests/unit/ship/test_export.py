@@ -25,13 +25,8 @@ from draftsmith.models.mtp import MTPConfig, MTPDraft
 from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget
 from draftsmith.ship.export import export, main
-from draftsmith.ship.layouts.common import (
-    ExportError,
-    TargetInfo,
-    from_engine_ids,
-    to_engine_ids,
-    validate,
-)
+from draftsmith.ship.layouts.common import ExportError, from_engine_ids, to_engine_ids, validate
+from draftsmith.ship.layouts.target_info import TargetInfo
 
 VD = 100  # pruned EAGLE-3 draft vocabulary
 

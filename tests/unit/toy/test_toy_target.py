@@ -12,16 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 import draftsmith.toy.build as cli
 from draftsmith.data.stdlib_corpus import stdlib_conversations
-from draftsmith.toy.target import (
-    DRAFT_PRESETS,
-    PRESETS,
-    ToyPreset,
-    _batches,
-    _load_corpus,
-    _lr_lambda,
-    build_toy_target,
-    greedy_samples,
-)
+from draftsmith.toy.presets import DRAFT_PRESETS, PRESETS, ToyPreset
+from draftsmith.toy.target import _batches, _load_corpus, _lr_lambda, build_toy_target, greedy_samples
 from draftsmith.toy.tokenizer import END_TOKEN
 
 STEPS = 16

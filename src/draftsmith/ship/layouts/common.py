@@ -1,5 +1,5 @@
-"""What every engine export shares: the target it is checked against, the layer-id translation table, the
-validator, and the atomic writer.
+"""What every engine export shares: the layer-id translation table, the validator, and the atomic writer (the
+target an export is checked against is `target_info.TargetInfo`).
 
 An exporter builds an `Export` (engine config + tensors under the engine's names) from a draftsmith
 checkpoint; `validate` then checks it against a `LayoutSpec` that is derived independently, from the target's
@@ -28,7 +28,9 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from draftsmith.runtime.files import atomic_dir, draftsmith_version
+from draftsmith.runtime.files import atomic_dir, draftsmith_version, write_json
+
+from .target_info import TargetInfo
 
 # Layer-id conventions. draftsmith's canonical id c is transformers' hidden_states[c]: the pre-norm residual
 # stream entering decoder layer c (= the output of layer c - 1). Each engine names the same tensor as
@@ -72,87 +74,6 @@ def from_engine_ids(ids: Sequence[int], engine: str) -> list[int]:
 
 class ExportError(ValueError):
     """An export that would load in the engine but compute something else; nothing was written."""
-
-
-class TargetInfo:
-    """The target an export is checked against: its config (always) and its embedding / LM head (on demand).
-
-    Args:
-        path: a local model directory or Hub id (the checkpoint's target unless overridden).
-        revision: Hub revision.
-    """
-
-    def __init__(self, path: str, revision: str | None = None):
-        from transformers import AutoConfig
-
-        self.path, self.revision = path, revision
-        try:
-            config = AutoConfig.from_pretrained(path, revision=revision)
-        except OSError as err:
-            raise FileNotFoundError(
-                f"cannot read the target config of {path!r} ({err}); pass --target DIR (the model directory the "
-                "drafter was trained on)"
-            ) from err
-        self.config = config.get_text_config() if hasattr(config, "get_text_config") else config
-        self.num_layers = int(self.config.num_hidden_layers)
-        self.hidden_size = int(self.config.hidden_size)
-        self.vocab_size = int(self.config.vocab_size)
-        self._model: Any = None
-
-    def _load(self) -> Any:
-        if self._model is None:
-            from transformers import AutoModelForCausalLM
-
-            self._model = AutoModelForCausalLM.from_pretrained(self.path, revision=self.revision)
-        return self._model
-
-    def embedding(self) -> torch.Tensor:
-        return self._load().get_input_embeddings().weight.detach()
-
-    def lm_head(self) -> torch.Tensor:
-        return self._load().get_output_embeddings().weight.detach()
-
-    def model_type(self) -> str:
-        return str(getattr(self.config, "model_type", ""))
-
-    def identity_hashes(self) -> dict[str, str | None]:
-        """The target's tokenizer and weights fingerprints, as `FrozenTarget.identity` records them (None where
-        the directory has no tokenizer)."""
-        from transformers import AutoTokenizer
-
-        from draftsmith.models.identity import tokenizer_fingerprint, weights_fingerprint
-        from draftsmith.models.target import find_decoder
-
-        try:
-            tokenizer = tokenizer_fingerprint(
-                AutoTokenizer.from_pretrained(self.path, revision=self.revision)
-            )
-        except (OSError, ValueError):
-            tokenizer = None
-        model = self._load()
-        norm = getattr(find_decoder(model).norm, "weight", None)
-        return {"tokenizer_sha256": tokenizer, "weights_sha256": weights_fingerprint(self.lm_head(), norm)}
-
-    def max_positions(self) -> int | None:
-        value = getattr(self.config, "max_position_embeddings", None)
-        return int(value) if value is not None else None
-
-    def rope(self) -> dict[str, Any]:
-        return rope_settings(self.config.to_dict())
-
-
-def rope_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """`{"rope_theta": float, "rope_scaling": dict | None}` from a config dict in either spelling
-    (transformers 5's `rope_parameters`, or the legacy `rope_theta` + `rope_scaling` that engines read)."""
-    params = config.get("rope_parameters")
-    if isinstance(params, dict) and "rope_theta" in params:
-        theta = params["rope_theta"]
-        rest = {k: v for k, v in params.items() if k != "rope_theta"}
-        scaling = None if rest.get("rope_type", "default") == "default" and len(rest) <= 1 else rest
-    else:
-        theta = config.get("rope_theta", 10000.0)
-        scaling = config.get("rope_scaling")
-    return {"rope_theta": float(theta), "rope_scaling": scaling}
 
 
 @dataclass
@@ -267,18 +188,40 @@ def validate(export: Export, spec: LayoutSpec, target: TargetInfo) -> list[str]:
     """
     problems: list[str] = []
     passed: list[str] = []
+    for check in CHECKS:
+        check(export, spec, target, problems, passed)
+    if problems:
+        raise ExportError(
+            f"{export.layout}: the export would load but not compute what was trained; nothing was written:\n- "
+            + "\n- ".join(problems)
+        )
+    return passed
+
+
+def _elided(names: list[str]) -> str:
+    """At most six names, then ' ...' when there are more."""
+    return f"{names[:6]}{' ...' if len(names) > 6 else ''}"
+
+
+def _check_names(
+    export: Export, spec: LayoutSpec, target: TargetInfo, problems: list[str], passed: list[str]
+) -> None:
+    """Every tensor the engine loads is present, and none it does not know."""
     names = set(export.tensors)
     missing = sorted(set(spec.tensors) - names)
     unknown = sorted(names - set(spec.tensors) - set(spec.optional))
     if missing:
-        problems.append(
-            f"missing tensors the engine loads: {missing[:6]}{' ...' if len(missing) > 6 else ''}"
-        )
+        problems.append(f"missing tensors the engine loads: {_elided(missing)}")
     if unknown:
-        problems.append(
-            f"tensors the engine does not know (it would skip them silently): {unknown[:6]}"
-            f"{' ...' if len(unknown) > 6 else ''}"
-        )
+        problems.append(f"tensors the engine does not know (it would skip them silently): {_elided(unknown)}")
+    if not missing and not unknown:
+        passed.append(f"{len(spec.tensors)} required tensors present with the engine's shapes, none unknown")
+
+
+def _check_tensors(
+    export: Export, spec: LayoutSpec, target: TargetInfo, problems: list[str], passed: list[str]
+) -> None:
+    """Each tensor has the engine's shape and dtype (floating point unless the spec names one), all finite."""
     shapes = {**spec.optional, **spec.tensors}
     for name, tensor in export.tensors.items():
         want = shapes.get(name)
@@ -291,8 +234,12 @@ def validate(export: Export, spec: LayoutSpec, target: TargetInfo) -> list[str]:
             problems.append(f"{name} has dtype {tensor.dtype}; weights must be floating point")
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             problems.append(f"{name} has NaN or infinite values")
-    if not missing and not unknown:
-        passed.append(f"{len(spec.tensors)} required tensors present with the engine's shapes, none unknown")
+
+
+def _check_config(
+    export: Export, spec: LayoutSpec, target: TargetInfo, problems: list[str], passed: list[str]
+) -> None:
+    """Every config.json value the engine reads is present and equals what the target requires."""
     for key, want in spec.config.items():
         got = _get(export.config, key)
         if got is _MISSING:
@@ -301,8 +248,12 @@ def validate(export: Export, spec: LayoutSpec, target: TargetInfo) -> list[str]:
             problems.append(f"config.json has {key}={got!r}; the target requires {want!r}")
     if spec.config:
         passed.append("config values the engine reads match the target: " + ", ".join(sorted(spec.config)))
-    if spec.draft_vocab is not None:
-        _check_vocab_map(export.tensors, spec.draft_vocab, target.vocab_size, problems, passed)
+
+
+def _check_shared(
+    export: Export, spec: LayoutSpec, target: TargetInfo, problems: list[str], passed: list[str]
+) -> None:
+    """Tensors the engine compares with or takes from the target (and any embed_tokens) are the target's."""
     for name, what in {**spec.shared, **_stray_embeddings(export, spec)}.items():
         if name not in export.tensors:
             continue
@@ -314,14 +265,14 @@ def validate(export: Export, spec: LayoutSpec, target: TargetInfo) -> list[str]:
             problems.append(f"{name} is not bit-identical to the target's {what}")
         else:
             passed.append(f"{name} is bit-identical to the target's {what}")
-    if not spec.own_embedding and not any(n.endswith("embed_tokens.weight") for n in names):
+
+
+def _check_no_embedding(
+    export: Export, spec: LayoutSpec, target: TargetInfo, problems: list[str], passed: list[str]
+) -> None:
+    """Record that the engine will use the target's embedding when the export carries none."""
+    if not spec.own_embedding and not any(n.endswith("embed_tokens.weight") for n in export.tensors):
         passed.append("no embed_tokens: the engine uses the target's embedding")
-    if problems:
-        raise ExportError(
-            f"{export.layout}: the export would load but not compute what was trained; nothing was written:\n- "
-            + "\n- ".join(problems)
-        )
-    return passed
 
 
 def _stray_embeddings(export: Export, spec: LayoutSpec) -> dict[str, str]:
@@ -334,13 +285,13 @@ def _stray_embeddings(export: Export, spec: LayoutSpec) -> dict[str, str]:
 
 
 def _check_vocab_map(
-    tensors: dict[str, torch.Tensor],
-    draft_vocab: tuple[str, str | None, int],
-    vocab_size: int,
-    problems: list[str],
-    passed: list[str],
+    export: Export, spec: LayoutSpec, target: TargetInfo, problems: list[str], passed: list[str]
 ) -> None:
-    d2t_name, t2d_name, vd = draft_vocab
+    """A pruned draft vocabulary has a `d2t` onto distinct target ids, consistent with `t2d` when present."""
+    if spec.draft_vocab is None:
+        return
+    tensors, vocab_size = export.tensors, target.vocab_size
+    d2t_name, t2d_name, vd = spec.draft_vocab
     d2t = tensors.get(d2t_name)
     if d2t is None:
         if vd < vocab_size:
@@ -369,13 +320,25 @@ def _check_vocab_map(
     )
 
 
+# The checks `validate` runs, in order: each appends what it found wrong to `problems` and what it verified
+# to `passed`.
+CHECKS: tuple[Callable[[Export, LayoutSpec, TargetInfo, list[str], list[str]], None], ...] = (
+    _check_names,
+    _check_tensors,
+    _check_config,
+    _check_vocab_map,
+    _check_shared,
+    _check_no_embedding,
+)
+
+
 def write_export(export: Export, out: str | Path, source: dict[str, Any], passed: list[str]) -> Path:
     """Write a validated export atomically (a temporary sibling renamed into place)."""
     out = Path(out)
     with atomic_dir(out) as tmp:
         state = {k: v.detach().to("cpu").contiguous().clone() for k, v in export.tensors.items()}
         save_file(state, str(tmp / export.weights_file), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(export.config, indent=2, sort_keys=True) + "\n")
+        write_json(tmp / "config.json", export.config, sort_keys=True)
         for writer in export.extra.values():
             writer(tmp)
         info = {
@@ -389,5 +352,5 @@ def write_export(export: Export, out: str | Path, source: dict[str, Any], passed
             "speculative_config": export.speculative,
             "notes": export.notes,
         }
-        (tmp / "draftsmith_export.json").write_text(json.dumps(info, indent=2) + "\n")
+        write_json(tmp / "draftsmith_export.json", info)
     return out

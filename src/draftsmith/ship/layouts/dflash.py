@@ -22,8 +22,9 @@ from typing import Any
 
 from draftsmith.models.draft_layer import draft_layer_config, draft_layer_settings
 
-from .common import Export, LayoutSpec, TargetInfo, rope_settings, to_engine_ids, vllm_serve, vllm_speculative
+from .common import Export, LayoutSpec, to_engine_ids, vllm_serve, vllm_speculative
 from .eagle import layer_shapes
+from .target_info import TargetInfo, rope_settings
 
 
 def _drafter(source: dict[str, Any]) -> tuple[list[int], int, int, int]:

@@ -17,7 +17,8 @@ import torch
 
 from draftsmith.models.identity import tokenizer_fingerprint
 
-from .common import Export, ExportError, LayoutSpec, TargetInfo, vllm_serve, vllm_speculative
+from .common import Export, ExportError, LayoutSpec, vllm_serve, vllm_speculative
+from .target_info import TargetInfo
 
 TOKENIZER_FILES = (
     "tokenizer.json",

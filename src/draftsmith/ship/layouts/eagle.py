@@ -40,13 +40,12 @@ from .common import (
     Export,
     ExportError,
     LayoutSpec,
-    TargetInfo,
-    rope_settings,
     to_engine_ids,
     vllm_serve,
     vllm_speculative,
     without_identity_vocab_map,
 )
+from .target_info import TargetInfo, rope_settings
 
 
 def _prefix_map(state: dict[str, torch.Tensor], renames: dict[str, str]) -> dict[str, torch.Tensor]:
@@ -208,13 +207,45 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
     """EAGLE-3 -> vLLM's self-describing speculators format (`speculators_model_type: eagle3`)."""
     canonical, ids, vd, tensors, spec = _eagle3_common(source, target, "vllm", "layers.0.")
     without_identity_vocab_map(tensors, spec, target.vocab_size)
-    state, cfg, H = source["state"], source["config"], target.hidden_size
     kind = draft_layer_kind(source)
-    layer = draft_layer_config(target.config, target.vocab_size, layer=kind).to_dict()
+    speculative = vllm_speculative("eagle3", 3)
+    export = Export(
+        layout="eagle3-vllm-speculators",
+        engine=engine,
+        config=_speculators_config(source, target, vd, ids),
+        tensors=tensors,
+        layer_ids={"canonical": canonical, "vllm": ids},
+        serve=["vllm serve {dir}", vllm_serve(target.path, speculative)],
+        speculative=speculative,
+        notes=[
+            'For T > 0 add "rejection_sample_method": "standard", "draft_sample_method": "probabilistic" to '
+            "the speculative config (vLLM 0.32 takes greedy | probabilistic), or vLLM drafts greedily and "
+            "accepts a draft with the target's probability only."
+        ]
+        + (
+            [
+                "The draft layer is speculators' qwen3 layer (transformer_layer_config.model_type qwen3): vLLM 0.32 "
+                "builds it (speculators' algos.py maps qwen3 layers); SGLang does not serve it."
+            ]
+            if kind == "qwen3"
+            else []
+        ),
+    )
+    spec.config = _speculators_spec_config(target, vd, kind, canonical)
+    return export, spec
+
+
+def _speculators_config(
+    source: dict[str, Any], target: TargetInfo, vd: int, ids: list[int]
+) -> dict[str, Any]:
+    """The speculators config.json: the EAGLE-3 head's settings, its draft layer's transformers config, and
+    the verifier (the target) with the proposal method vLLM runs."""
+    state, cfg, H = source["state"], source["config"], target.hidden_size
+    layer = draft_layer_config(target.config, target.vocab_size, layer=draft_layer_kind(source)).to_dict()
     for key in ("architectures", "transformers_version", "dtype", "torch_dtype", "auto_map"):
         layer.pop(key, None)
     steps = int(cfg["drafter"].get("ttt_steps", 3))
-    config = {
+    return {
         "architectures": ["Eagle3DraftModel"],
         "speculators_model_type": "eagle3",
         "speculators_version": "0.9.0",
@@ -246,35 +277,16 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
             },
         },
     }
-    speculative = vllm_speculative("eagle3", 3)
-    export = Export(
-        layout="eagle3-vllm-speculators",
-        engine=engine,
-        config=config,
-        tensors=tensors,
-        layer_ids={"canonical": canonical, "vllm": ids},
-        serve=["vllm serve {dir}", vllm_serve(target.path, speculative)],
-        speculative=speculative,
-        notes=[
-            'For T > 0 add "rejection_sample_method": "standard", "draft_sample_method": "probabilistic" to '
-            "the speculative config (vLLM 0.32 takes greedy | probabilistic), or vLLM drafts greedily and "
-            "accepts a draft with the target's probability only."
-        ]
-        + (
-            [
-                "The draft layer is speculators' qwen3 layer (transformer_layer_config.model_type qwen3): vLLM 0.32 "
-                "builds it (speculators' algos.py maps qwen3 layers); SGLang does not serve it."
-            ]
-            if kind == "qwen3"
-            else []
-        ),
-    )
+
+
+def _speculators_spec_config(target: TargetInfo, vd: int, kind: str, canonical: list[int]) -> dict[str, Any]:
+    """The speculators config values vLLM reads, derived from the target and the drafter's settings."""
     layer_spec = {
         "transformer_layer_config." + k: v
         for k, v in _layer_config(target).items()
         if k not in ("rope_theta", "rope_scaling")
     }
-    spec.config = {
+    return {
         **layer_spec_config_rope(target),
         **layer_spec,
         "speculators_model_type": "eagle3",
@@ -287,7 +299,6 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         "norm_before_residual": False,
         "norm_output": False,
     }
-    return export, spec
 
 
 def layer_spec_config_rope(target: TargetInfo) -> dict[str, Any]:
@@ -301,26 +312,9 @@ def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
     """EAGLE-1 -> the official SafeAILab layout (`LlamaForCausalLMEagle`) that SGLang loads, or vLLM's:
     `LlamaForCausalLM` (vLLM's EAGLEConfig prefixes `Eagle` to the architecture: 0.32 refuses
     `EagleLlamaForCausalLMEagle`) with a bias-free fc (vLLM's `EagleLlamaForCausalLM` has none)."""
-    state, cfg = source["state"], source["config"]
     H = target.hidden_size
-    trained_bias = bool(cfg["drafter"].get("fc_bias", True))
-    if trained_bias and "fc.bias" not in state:
-        raise ExportError(
-            "EAGLE-1 export: the checkpoint was trained with draft.fc_bias=true but has no fc.bias tensor; an "
-            "engine would run fc with a zero or random bias (vllm#11126). Export refused: re-save the checkpoint."
-        )
-    tensors = _prefix_map(state, {"layer.": "layers.0."})
-    if engine == "vllm":
-        if trained_bias and bool(state["fc.bias"].any()):
-            raise ExportError(
-                "EAGLE-1 export to vLLM: vLLM's EAGLE-1 fc has no bias (vllm 0.32 llama_eagle.py), so this "
-                "drafter's trained fc.bias would be dropped and its acceptance fall silently. Train with "
-                "draft.fc_bias=false to serve it in vLLM, or export it with --to sglang."
-            )
-        tensors.pop("fc.bias", None)  # absent or all zeros: the same function without it
     needs_bias = engine != "vllm"  # SGLang's EAGLE fc = Linear(2H, H) always has a bias
-    if needs_bias and "fc.bias" not in tensors:
-        tensors["fc.bias"] = torch.zeros(H, dtype=state["fc.weight"].dtype)  # draft.fc_bias=false: bias 0
+    tensors = _eagle1_tensors(source, engine, H)
     config = {
         **{k: v for k, v in target.config.to_dict().items() if k not in ("transformers_version", "auto_map")},
         **_layer_config(target),
@@ -366,3 +360,27 @@ def eagle1(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Exp
         optional={"embed_tokens.weight": (target.vocab_size, H)},
     )
     return export, spec
+
+
+def _eagle1_tensors(source: dict[str, Any], engine: str, H: int) -> dict[str, torch.Tensor]:
+    """EAGLE-1's tensors under the official names, with the fc bias each engine's fc has: none in vLLM's (a
+    trained non-zero one is refused), always one in the official layout's (zeros if trained without one)."""
+    state, cfg = source["state"], source["config"]
+    trained_bias = bool(cfg["drafter"].get("fc_bias", True))
+    if trained_bias and "fc.bias" not in state:
+        raise ExportError(
+            "EAGLE-1 export: the checkpoint was trained with draft.fc_bias=true but has no fc.bias tensor; an "
+            "engine would run fc with a zero or random bias (vllm#11126). Export refused: re-save the checkpoint."
+        )
+    tensors = _prefix_map(state, {"layer.": "layers.0."})
+    if engine == "vllm":
+        if trained_bias and bool(state["fc.bias"].any()):
+            raise ExportError(
+                "EAGLE-1 export to vLLM: vLLM's EAGLE-1 fc has no bias (vllm 0.32 llama_eagle.py), so this "
+                "drafter's trained fc.bias would be dropped and its acceptance fall silently. Train with "
+                "draft.fc_bias=false to serve it in vLLM, or export it with --to sglang."
+            )
+        tensors.pop("fc.bias", None)  # absent or all zeros: the same function without it
+    elif "fc.bias" not in tensors:
+        tensors["fc.bias"] = torch.zeros(H, dtype=state["fc.weight"].dtype)  # draft.fc_bias=false: bias 0
+    return tensors

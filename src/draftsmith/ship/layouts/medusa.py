@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from .common import Export, ExportError, LayoutSpec, TargetInfo, vllm_serve, vllm_speculative
+from .common import Export, ExportError, LayoutSpec, vllm_serve, vllm_speculative
+from .target_info import TargetInfo
 
 _HEAD = re.compile(r"heads\.(\d+)\.(\d+)\.(.+)")
 

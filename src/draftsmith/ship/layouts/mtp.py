@@ -26,7 +26,8 @@ import torch
 from draftsmith.models.mtp import NATIVE_MTP, nextn_tensors
 from draftsmith.models.serving import unserved_reason
 
-from .common import Export, ExportError, LayoutSpec, TargetInfo, vllm_serve, vllm_speculative
+from .common import Export, ExportError, LayoutSpec, vllm_serve, vllm_speculative
+from .target_info import TargetInfo
 
 
 def on_disk(target: TargetInfo, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

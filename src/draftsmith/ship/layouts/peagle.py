@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .common import Export, ExportError, LayoutSpec, TargetInfo, vllm_serve, vllm_speculative
+from .common import Export, ExportError, LayoutSpec, vllm_serve, vllm_speculative
 from .eagle import draft_layer_kind, eagle3_speculators, layer_shapes
+from .target_info import TargetInfo
 
 
 def peagle_speculators(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:

@@ -1,0 +1,210 @@
+"""The model card's exact text: a card and the acceptance tables pinned as they were written before the
+tables were built with runtime.display.table (issue 36), reports with missing or null fields included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from draftsmith.ship.model_card import depth_table, render_card, tau_table
+
+REPORT = {
+    "tau": 1.734,
+    "tau_stderr": 0.041,
+    "alpha": 0.289,
+    "speedup": 1.27,
+    "lossless": True,
+    "num_prompts": 20,
+    "acceptance_by_depth": [0.61, 0.42, 0.3],
+    "settings": {
+        "data": "mt_bench.jsonl",
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "depth": 3,
+        "tree": "chain",
+        "seed": 0,
+        "versions": {
+            "draftsmith": "0.1.0",
+            "torch": "2.13.0+cpu",
+            "transformers": "5.23.0",
+            "device_name": "cpu",
+        },
+    },
+}
+# Fields missing, a depth not measured (None), an integer figure; then fields present but null; then nothing.
+SPARSE = {
+    "tau": 2,
+    "settings": {"data": "gsm8k.jsonl", "temperature": 0.7},
+    "acceptance_by_depth": [0.5, 1, None, 0.25],
+}
+NULLS = {"num_prompts": None, "tau": None, "settings": {"data": None, "temperature": None, "depth": None}}
+
+SOURCE = {
+    "kind": "eagle3",
+    "dir": Path("/nonexistent/final"),
+    "config": {
+        "draft_vocab_size": 64,
+        "feature_layers": [1, 2, 3],
+        "draftsmith_version": "0.1.0",
+        "drafter": {"version": 3, "ttt_steps": 3},
+        "training": {
+            "steps": 292,
+            "heldout": {"eval/depth1/top1": 0.374, "eval/loss": 1.5, "eval/lr": 0.1},
+            "recipe": {
+                "data": {"train": ["sharegpt.jsonl"], "eval": ["mt_bench.jsonl"]},
+                "train": {"lr": 3e-4},
+            },
+        },
+    },
+    "target": {
+        "name_or_path": "acme/tiny-llama",
+        "revision": "abc123",
+        "vocab_size": 400,
+        "hidden_size": 64,
+        "num_layers": 4,
+        "tokenizer_sha256": "0123456789abcdef0123",
+    },
+}
+EXPORTS = {
+    "vllm": {
+        "folder": "engines/vllm",
+        "layout": "eagle3-vllm-speculators",
+        "serve": ["vllm serve {dir}"],
+        "notes": ["a note"],
+    },
+    "sglang": {
+        "folder": "engines/sglang",
+        "layout": "eagle3-sglang",
+        "serve": ["python -m sglang.launch_server --speculative-draft-model-path {dir}"],
+        "notes": [],
+    },
+}
+
+CARD = """---
+library_name: draftsmith
+license: apache-2.0
+pipeline_tag: text-generation
+tags:
+- speculative-decoding
+- draftsmith
+- eagle3
+- eagle
+base_model: acme/tiny-llama
+---
+
+# eagle3-tiny
+
+An EAGLE-3 draft head for **acme/tiny-llama**, trained and measured with draftsmith 0.1.0. It drafts tokens that the target verifies: outputs are the target's own (lossless at every temperature).
+
+## Measured acceptance
+
+Real speculative decoding against the target on held-out prompts (`draftsmith eval`). tau = tokens committed per target forward, bonus token included; alpha = accepted / proposed draft tokens; speedup = tokens/s against plain decoding of the same prompts on the machine named below (a CPU figure says nothing about GPU serving).
+
+| data | prompts | T | top-p | depth | tree | seed | tau | ± s.e. | alpha | speedup | lossless |
+|---|---|---|---|---|---|---|---|---|---|---|---|
+| mt_bench.jsonl | 20 | 0.0 | 1.00 | 3 | chain | 0 | **1.734** | 0.041 | 0.289 | 1.27 | True |
+| gsm8k.jsonl | - | 0.7 | - | - | - | - | **2** | - | - | - | - |
+
+Acceptance at each draft depth (given the earlier depths were accepted):
+
+| data | T | depth 1 | depth 2 | depth 3 | depth 4 |
+|---|---|---|---|---|---|
+| mt_bench.jsonl | 0.0 | 0.610 | 0.420 | 0.300 | - |
+| gsm8k.jsonl | 0.7 | 0.500 | 1 | - | 0.250 |
+
+Versions and device: draftsmith 0.1.0, torch 2.13.0+cpu, transformers 5.23.0, device_name cpu.
+
+## Drafter
+
+- kind: `eagle3`
+- target: `acme/tiny-llama` (revision abc123; vocabulary 400, hidden size 64, 4 layers; tokenizer sha256 `0123456789abcdef…`)
+- target features read (draftsmith canonical ids): [1, 2, 3]
+- draft vocabulary: 64 tokens (mapped by `d2t` / `t2d`)
+- settings: `{"ttt_steps": 3, "version": 3}`
+
+## Training
+
+- optimizer steps: 292
+- held-out teacher-forced metrics at the end: depth1/top1 0.374, loss 1.500
+- training data: ['sharegpt.jsonl']; held out: ['mt_bench.jsonl']
+
+<details><summary>Resolved recipe</summary>
+
+```yaml
+data:
+  train:
+  - sharegpt.jsonl
+  eval:
+  - mt_bench.jsonl
+train:
+  lr: 0.0003
+```
+
+</details>
+
+## Serve it
+
+Each engine's layout was validated against the target before upload (`draftsmith export`).
+
+**vllm** (eagle3-vllm-speculators):
+
+```bash
+hf download acme/eagle3-tiny --include 'engines/vllm/*' --local-dir drafter
+vllm serve drafter/engines/vllm
+```
+
+- a note
+
+**sglang** (eagle3-sglang):
+
+```bash
+hf download acme/eagle3-tiny --include 'engines/sglang/*' --local-dir drafter
+python -m sglang.launch_server --speculative-draft-model-path drafter/engines/sglang
+```
+
+Measure it again on your own prompts before deploying (exit status 3 when it fails the gate):
+
+```bash
+draftsmith eval --target acme/tiny-llama --drafter acme/eagle3-tiny --data YOUR_PROMPTS.jsonl --report new.json
+draftsmith gate --report new.json --baseline eval.json --min-tau 1.5
+```
+"""
+
+
+def test_the_card_text_is_exactly_as_written():
+    assert render_card("acme/eagle3-tiny", SOURCE, [REPORT, SPARSE], EXPORTS, "apache-2.0") == CARD
+
+
+def test_the_tables_write_missing_fields_as_a_dash_and_null_settings_as_recorded():
+    # A null data / prompts / depth setting prints as "None", as the hand-built tables wrote it.
+    assert tau_table([REPORT, SPARSE, NULLS, {}]) == [
+        "| data | prompts | T | top-p | depth | tree | seed | tau | ± s.e. | alpha | speedup | lossless |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| mt_bench.jsonl | 20 | 0.0 | 1.00 | 3 | chain | 0 | **1.734** | 0.041 | 0.289 | 1.27 | True |",
+        "| gsm8k.jsonl | - | 0.7 | - | - | - | - | **2** | - | - | - | - |",
+        "| None | None | - | - | None | - | - | **-** | - | - | - | - |",
+        "| - | - | - | - | - | - | - | **-** | - | - | - | - |",
+    ]
+    assert depth_table([REPORT, SPARSE, NULLS, {}]) == [
+        "| data | T | depth 1 | depth 2 | depth 3 | depth 4 |",
+        "|---|---|---|---|---|---|",
+        "| mt_bench.jsonl | 0.0 | 0.610 | 0.420 | 0.300 | - |",
+        "| gsm8k.jsonl | 0.7 | 0.500 | 1 | - | 0.250 |",
+        "| None | - | - | - | - | - |",
+        "| - | - | - | - | - | - |",
+    ]
+    assert depth_table([NULLS, {}]) == []
+
+
+def test_an_unmeasured_drafter_without_a_training_record():
+    source = {"kind": "medusa", "dir": Path("/nonexistent/x"), "config": {"num_heads": 3}, "target": {}}
+    exports = {"hf": {"folder": "", "layout": "medusa-hf", "serve": ["x {dir}"]}}
+    card = render_card("acme/m", source, [], exports, "other")
+    assert (
+        "## Measured acceptance\n\n**Not measured.** This drafter was pushed without an acceptance report.\n"
+        in card
+    )
+    assert (
+        '- settings: `{"num_heads": 3}`\n\n## Training\n\nNot recorded in this checkpoint.\n\n## Serve it'
+        in card
+    )
+    assert "**hf** (medusa-hf):\n\n```bash\nx acme/m\n```\n\nMeasure it again" in card
