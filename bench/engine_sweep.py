@@ -23,6 +23,7 @@ from typing import Any
 
 from draftsmith.engines.engine_report import cell
 from draftsmith.recipes import __file__ as recipes_init
+from draftsmith.runtime.display import table
 
 RECIPES = Path(recipes_init).parent
 # family -> (training method, recipe, overrides); None: nothing to train
@@ -86,31 +87,54 @@ def measure(name: str, drafter: str, target: Path, out: Path, args: argparse.Nam
     return {"name": name, **json.loads(report.read_text())}
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    head = (
-        "| family | vLLM method | tau vLLM | tau draftsmith | difference | counted alike | acceptance by "
-        "position, vLLM | draftsmith | spec = plain in vLLM | speedup vLLM | speedup draftsmith |"
+HEADER = (
+    "family",
+    "vLLM method",
+    "tau vLLM",
+    "tau draftsmith",
+    "difference",
+    "counted alike",
+    "acceptance by position, vLLM",
+    "draftsmith",
+    "spec = plain in vLLM",
+    "speedup vLLM",
+    "speedup draftsmith",
+)
+
+
+def measured_cells(r: dict[str, Any]) -> list[str]:
+    """One family's cells: both engines' tau and their differences, acceptance, lossless check, speedups."""
+    v, d = r["vllm"], r["draftsmith"]
+    rel, same = r["tau_relative_difference"], d["vllm_definition"]["mean_acceptance_length"]
+    alike = (v["mean_acceptance_length"] - same) / same if same and v["mean_acceptance_length"] else None
+    equal = (
+        "-" if v["speculative_equals_plain"] is None else f"{v['speculative_equals_plain']}/{r['answers']}"
     )
-    lines = [head, "|" + "---|" * 11]
+    return [
+        r["name"],
+        r["engine"]["speculative_config"]["method"],
+        cell(v["mean_acceptance_length"]),
+        cell(d["tau"]),
+        f"{cell(rel * 100 if rel is not None else None, 2)} %",
+        f"{cell(alike * 100 if alike is not None else None, 2)} %",
+        cell(v["acceptance_by_position"]),
+        cell(d["vllm_definition"]["acceptance_by_position"]),
+        equal,
+        cell(v["speedup"], 2),
+        cell(d["speedup"], 2),
+    ]
+
+
+def sweep_table(rows: list[dict[str, Any]]) -> str:
+    """The sweep as a Markdown table, one row per family; a refused or failed family's reason spans its row."""
+    lines = table(HEADER, [])
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['name']} | refused: {r['error'].removeprefix('error: ')} |" + " |" * 9)
-            continue
-        v, d = r["vllm"], r["draftsmith"]
-        rel, same = r["tau_relative_difference"], d["vllm_definition"]["mean_acceptance_length"]
-        alike = (v["mean_acceptance_length"] - same) / same if same and v["mean_acceptance_length"] else None
-        same = (
-            "-"
-            if v["speculative_equals_plain"] is None
-            else f"{v['speculative_equals_plain']}/{r['answers']}"
-        )
-        lines.append(
-            f"| {r['name']} | {r['engine']['speculative_config']['method']} | {cell(v['mean_acceptance_length'])} | "
-            f"{cell(d['tau'])} | {cell(rel * 100 if rel is not None else None, 2)} % | "
-            f"{cell(alike * 100 if alike is not None else None, 2)} % | "
-            f"{cell(v['acceptance_by_position'])} | {cell(d['vllm_definition']['acceptance_by_position'])} | "
-            f"{same} | {cell(v['speedup'], 2)} | {cell(d['speedup'], 2)} |"
-        )
+            # its empty cells written "| |", as the published tables have them (table() writes "|  |")
+            reason = r["error"].removeprefix("error: ")
+            lines.append(f"| {r['name']} | refused: {reason} |" + " |" * (len(HEADER) - 2))
+        else:
+            lines.append(table(HEADER, [measured_cells(r)])[-1])
     return "\n".join(lines)
 
 
@@ -134,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table_only:
         found = [args.out / f"{n}-{suffix}.json" for n in names]
         print(
-            table(
+            sweep_table(
                 [{"name": f.name.split("-T")[0], **json.loads(f.read_text())} for f in found if f.is_file()]
             )
         )
@@ -158,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"{name}: engine-eval", flush=True)
         rows.append(measure(name, drafter, target, args.out, args))
-    text = table(rows)
+    text = sweep_table(rows)
     (args.out / f"table-{suffix}.md").write_text(text + "\n")
     print(text)
     return 0

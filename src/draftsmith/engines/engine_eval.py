@@ -39,97 +39,24 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.eval.gate import FAIL
+from draftsmith.eval.settings import EvalArgs
+from draftsmith.models.families import family
+from draftsmith.models.serving import serving_engines
 from draftsmith.runtime.errors import UserError
-from draftsmith.runtime.files import read_json
+from draftsmith.runtime.files import read_json, write_json
 
 from .engine_report import build_report, markdown, plot_curves
 from .load_curves import Level, curves, documents_text, long_prompts
-from .setup import ENGINES, require_env
+from .settings import EngineEvalArgs, parse_engine_eval_args
+from .settings import build_parser as build_settings_parser
+from .setup import EngineEnv, require_env
 from .vllm_engine import VllmRun, run_worker, speculative_config
 
 MAX_MODEL_LEN_MARGIN = 16  # vLLM's context: the longest prompt + max new tokens + the draft depth, and some
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="draftsmith engine-eval",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--engine", choices=ENGINES, default="vllm", help="the serving engine (default vllm)")
-    p.add_argument("--target", required=True, help="the target model directory (or .gguf file)")
-    p.add_argument("--drafter", required=True, help="a draftsmith checkpoint (a run's final/) or ngram")
-    p.add_argument("--data", required=True, help="prompts, in any format `draftsmith eval` reads")
-    p.add_argument("--num-prompts", type=int, default=20, help="items to decode (default 20; 0 = all)")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per answer (default 128)")
-    p.add_argument("--depth", type=int, default=None, help="draft tokens per step (default: the evaluator's)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument(
-        "--draft-sample-method",
-        choices=("greedy", "probabilistic"),
-        default="greedy",
-        help="at T > 0, as vLLM's option: greedy = argmax drafts accepted with the target's probability; "
-        "probabilistic = drafts sampled from the drafter, accepted with min(1, p/q)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=1,
-        help="requests vLLM decodes together (default 1); the evaluator decodes one at a time, and its tau does "
-        "not depend on the batch",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ngram-min", type=int, default=1, help="ngram drafter: shortest n-gram matched")
-    p.add_argument("--ngram-max", type=int, default=3, help="ngram drafter: longest n-gram matched")
-    p.add_argument("--venv", default=None, help="the engine's venv (default: where engine-setup puts it)")
-    p.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile (faster start)")
-    p.add_argument(
-        "--max-rel-diff",
-        type=float,
-        default=0.03,
-        help="fail (exit 3) when |tau_vllm - tau_draftsmith| / tau_draftsmith is above this (default 0.03); at T > 0, "
-        "where the engines sample different answers, above this or 3 standard errors of the difference",
-    )
-    p.add_argument("--work-dir", default=None, help="keep the export and vLLM's logs here (default: temp)")
-    p.add_argument(
-        "--plain-cache",
-        default=None,
-        help="keep vLLM's plain runs here and reuse one whose job (model, prompt ids, sampling, batch) is "
-        "identical: several drafters compared on the same prompts decode them plainly once",
-    )
-    p.add_argument(
-        "--concurrency",
-        default=None,
-        help="also measure vLLM's server with and without the drafter at these requests in flight, e.g. 1,2,4,8: "
-        "tokens/s, speedup, and the concurrency from which speculation stops paying (engines/load_curves.py)",
-    )
-    p.add_argument(
-        "--context-lengths",
-        default=None,
-        help="the same over prompt lengths in tokens, e.g. 512,2048,8192, one request at a time; the prompts are "
-        "real documents cut to length (--context-data)",
-    )
-    p.add_argument(
-        "--context-data",
-        default=None,
-        help="documents for --context-lengths (default: --data), any data format",
-    )
-    p.add_argument("--context-prompts", type=int, default=4, help="prompts per context length (default 4)")
-    p.add_argument(
-        "--plot", default=None, help="a PNG of the speedup curves (--concurrency, --context-lengths)"
-    )
-    p.add_argument("--report", default=None, help="write the JSON report here")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
-    return p
-
-
 def served_kind(drafter: str, target: Any) -> str:
     """The drafter's kind when vLLM serves it beside `target`; otherwise one line saying why not."""
-    from draftsmith.models.families import family
-    from draftsmith.models.serving import serving_engines
-
     if drafter == "ngram":
         return "ngram"
     config_file = Path(drafter).expanduser() / "config.json"
@@ -162,12 +89,13 @@ def served_kind(drafter: str, target: Any) -> str:
 
 
 def job(
-    args: argparse.Namespace,
+    args: EngineEvalArgs,
     prompts: list[list[int]],
     stop_ids: list[int],
     spec: Any,
     max_positions: int | None,
 ) -> dict[str, Any]:
+    """What the worker (or the server) is given: the model, the prompts and sampling, `spec` or None."""
     longest = max(len(p) for p in prompts)
     depth = (spec or {}).get("num_speculative_tokens", 0)
     length = longest + args.max_new_tokens + depth + MAX_MODEL_LEN_MARGIN
@@ -196,79 +124,85 @@ def plain_cache_file(folder: str, plain_job: dict[str, Any], engine: str) -> Pat
     return Path(folder).expanduser() / f"vllm-plain-{key}.json"
 
 
-def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from draftsmith.eval.acceptance import evaluate as draftsmith_evaluate
-    from draftsmith.eval.acceptance import write_json
-    from draftsmith.eval.settings import EvalArgs
-    from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+def say(args: EngineEvalArgs, text: str) -> None:
+    """A progress line (none under --no-progress)."""
+    if args.progress:
+        print(text, flush=True)
+
+
+def evaluator_settings(args: EngineEvalArgs) -> EvalArgs:
+    """The evaluator's settings for the same decoding, following vLLM's rules where the two may differ."""
+    return EvalArgs(
+        target=args.target,
+        drafter=args.drafter,
+        data=args.data,
+        num_prompts=args.num_prompts,
+        max_new_tokens=args.max_new_tokens,
+        depth=args.depth,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        draft_sample_method=args.draft_sample_method,
+        check_lossless=args.temperature == 0,
+        dtype="float32",
+        ngram_min=args.ngram_min,
+        ngram_max=args.ngram_max,
+        ngram_match="earliest",  # vLLM's proposer continues the earliest occurrence of the longest match
+        drafts_at_budget="full",  # vLLM schedules no partial drafts: full depth at max_tokens, all counted
+        progress=args.progress,
+    )
+
+
+def export_drafter(args: EngineEvalArgs, work: Path) -> tuple[Path | None, dict[str, Any] | None]:
+    """The drafter in vLLM's layout under `work` and its export record; nothing for ngram (vLLM's own
+    proposer)."""
+    # ship.export imports torch: here rather than at the top, so `engine-eval --help` stays fast
     from draftsmith.ship.export import export
 
-    if args.temperature < 0 or args.num_prompts < 0 or args.max_new_tokens < 1 or args.batch_size < 1:
-        raise UserError(
-            "--temperature and --num-prompts must be >= 0, --max-new-tokens and --batch-size >= 1"
-        )
-    if Path(args.target).suffix == ".gguf":
-        raise UserError(
-            "--target: engine-eval serves a model directory; write the GGUF as one first (draftsmith build-target "
-            "--preset ... --out DIR, or any directory with config.json and safetensors)"
-        )
-    int_list(args.concurrency, "--concurrency"), int_list(args.context_lengths, "--context-lengths")
-    if args.plot and not (args.concurrency or args.context_lengths):
-        raise UserError("--plot draws the curves of --concurrency or --context-lengths: pass one of them")
-    if args.context_prompts < 1:
-        raise UserError("--context-prompts must be >= 1")
+    if args.drafter == "ngram":
+        return None, None
+    export_dir = work / "export-vllm"
+    export(args.drafter, "vllm", export_dir, args.target)
+    return export_dir, read_json(export_dir / "draftsmith_export.json")
+
+
+def plain_run(args: EngineEvalArgs, engine: EngineEnv, plain_job: dict[str, Any], work: Path) -> VllmRun:
+    """vLLM's plain decoding of the job: reused from --plain-cache when an identical job is kept there, else
+    run (and kept there when --plain-cache is given)."""
+    cached = plain_cache_file(args.plain_cache, plain_job, str(engine.python)) if args.plain_cache else None
+    if cached is not None and cached.is_file():
+        say(args, f"vLLM: plain decoding of the same job, reused from {cached}")
+        return VllmRun(**read_json(cached))
+    count = len(plain_job["prompts"])
+    say(args, f"vLLM: plain decoding of {count} answers (log: {work / 'vllm-plain.log'})")
+    plain = run_worker(engine, plain_job, work / "vllm-plain.log")
+    if cached is not None:
+        write_json(cached, asdict(plain))
+    return plain
+
+
+def evaluate(args: EngineEvalArgs, work: Path) -> dict[str, Any]:
+    """The evaluator's figures and vLLM's (plain and speculative) on the same prompt ids, as the report; with
+    the load curves when --concurrency or --context-lengths asks for them."""
+    # these import torch: here rather than at the top, so `engine-eval --help` stays fast
+    from draftsmith.eval.acceptance import evaluate as draftsmith_evaluate
+    from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+
     engine = require_env(args.engine, args.venv)  # before any decoding: a missing engine is one line
     target = FrozenTarget.load(TargetConfig(path=args.target, dtype="float32"))
     kind = served_kind(args.drafter, target)
-    prompt_lookup = args.drafter == "ngram"  # the engine's own proposer: nothing to export
-    export_dir, info = None, None
-    if not prompt_lookup:
-        export_dir = work / "export-vllm"
-        export(args.drafter, "vllm", export_dir, args.target)
-        info = read_json(export_dir / "draftsmith_export.json")
+    export_dir, info = export_drafter(args, work)
     turns: list[Any] = []
-    ours = draftsmith_evaluate(
-        EvalArgs(
-            target=args.target,
-            drafter=args.drafter,
-            data=args.data,
-            num_prompts=args.num_prompts,
-            max_new_tokens=args.max_new_tokens,
-            depth=args.depth,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            seed=args.seed,
-            draft_sample_method=args.draft_sample_method,
-            check_lossless=args.temperature == 0,
-            dtype="float32",
-            ngram_min=args.ngram_min,
-            ngram_max=args.ngram_max,
-            ngram_match="earliest",  # vLLM's proposer continues the earliest occurrence of the longest match
-            drafts_at_budget="full",  # vLLM schedules no partial drafts: full depth at max_tokens, all counted
-            progress=args.progress,
-        ),
-        target=target,
-        record=turns,
-    )
+    ours = draftsmith_evaluate(evaluator_settings(args), target=target, record=turns)
     depth = int(ours["settings"]["depth"])
-    ngram = (args.ngram_min, args.ngram_max) if prompt_lookup else None
+    ngram = (args.ngram_min, args.ngram_max) if args.drafter == "ngram" else None
     spec = speculative_config(info, export_dir, depth, args.draft_sample_method, ngram)
     prompts = [t.prompt for t in turns]
     stops = sorted(stop_token_ids(target))
     max_positions = getattr(target.model.config, "max_position_embeddings", None)
-    say = print if args.progress else (lambda *a, **k: None)
-    plain_job = job(args, prompts, stops, None, max_positions)
-    cached = plain_cache_file(args.plain_cache, plain_job, str(engine.python)) if args.plain_cache else None
-    if cached is not None and cached.is_file():
-        say(f"vLLM: plain decoding of the same job, reused from {cached}", flush=True)
-        plain = VllmRun(**read_json(cached))
-    else:
-        say(f"vLLM: plain decoding of {len(prompts)} answers (log: {work / 'vllm-plain.log'})", flush=True)
-        plain = run_worker(engine, plain_job, work / "vllm-plain.log")
-        if cached is not None:
-            write_json(cached, asdict(plain))
-    say(f"vLLM: speculative decoding, {json.dumps(spec)}", flush=True)
+    plain = plain_run(args, engine, job(args, prompts, stops, None, max_positions), work)
+    say(args, f"vLLM: speculative decoding, {json.dumps(spec)}")
     spec_run = run_worker(
         engine, job(args, prompts, stops, spec, max_positions), work / "vllm-speculative.log"
     )
@@ -287,30 +221,17 @@ def evaluate(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return report
 
 
-def int_list(text: str | None, flag: str) -> list[int]:
-    if not text:
-        return []
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise UserError(f"{flag} {text!r}: expected comma-separated integers, e.g. 1,2,4,8") from None
-    if any(v < 1 for v in values):
-        raise UserError(f"{flag} {text!r}: every value must be >= 1")
-    return sorted(set(values))
-
-
-def load_levels(args: argparse.Namespace, target: Any, prompts: list[list[int]]) -> list[Level]:
+def load_levels(args: EngineEvalArgs, target: Any, prompts: list[list[int]]) -> list[Level]:
     """The levels `--concurrency` and `--context-lengths` ask for (empty: no curves)."""
-    levels = [Level("concurrency", c, prompts, c) for c in int_list(args.concurrency, "--concurrency")]
-    lengths = int_list(args.context_lengths, "--context-lengths")
-    if lengths:
+    levels = [Level("concurrency", c, prompts, c) for c in args.concurrency]
+    if args.context_lengths:
         docs = documents_text(args.context_data or args.data)
         if not docs:
             raise UserError(
                 f"--context-data {args.context_data or args.data}: no text to build long prompts from"
             )
         limit = getattr(target.model.config, "max_position_embeddings", None)
-        for length in lengths:
+        for length in args.context_lengths:
             if limit is not None and length + args.max_new_tokens + MAX_MODEL_LEN_MARGIN > limit:
                 raise UserError(
                     f"--context-lengths {length}: with --max-new-tokens {args.max_new_tokens} it passes the "
@@ -327,23 +248,28 @@ def load_levels(args: argparse.Namespace, target: Any, prompts: list[list[int]])
     return levels
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
+def measure(args: EngineEvalArgs) -> dict[str, Any]:
+    """The report, with the export and vLLM's logs in --work-dir (kept) or a temporary directory."""
     if args.work_dir:
         work = Path(args.work_dir).expanduser()
         work.mkdir(parents=True, exist_ok=True)
-        report = evaluate(args, work)
-    else:
-        with tempfile.TemporaryDirectory(prefix="draftsmith-engine-eval-") as tmp:
-            report = evaluate(args, Path(tmp))
-    report["settings"]["max_rel_diff"] = args.max_rel_diff
+        return evaluate(args, work)
+    with tempfile.TemporaryDirectory(prefix="draftsmith-engine-eval-") as tmp:
+        return evaluate(args, Path(tmp))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return build_settings_parser(__doc__ or "")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_engine_eval_args(build_parser(), argv)
+    report = measure(args)
     print(markdown(report))
     if args.plot:
         plot_curves(report, Path(args.plot))
         print(f"plot: {args.plot}")
     if args.report:
-        from draftsmith.eval.acceptance import write_json
-
         write_json(Path(args.report), report)
         print(f"report: {args.report}")
     if not report["tau_agrees"] or report["lossless"] is False:

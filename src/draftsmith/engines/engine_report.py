@@ -3,7 +3,6 @@ its Markdown table."""
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 from draftsmith.runtime.display import fmt_value, pyplot, table
 
+from .settings import EngineEvalArgs
 from .vllm_engine import VllmRun
 
 
@@ -34,7 +34,7 @@ def comparable(turns: Sequence[Any]) -> dict[str, Any]:
 
 
 def build_report(
-    args: argparse.Namespace,
+    args: EngineEvalArgs,
     kind: str,
     ours: dict[str, Any],
     turns: list[Any],
@@ -43,71 +43,98 @@ def build_report(
     spec: dict[str, Any],
     package: str,
 ) -> dict[str, Any]:
+    """Both engines' figures for the same prompts, their agreement on tau, and the lossless checks."""
     mine = comparable(turns)
+    greedy = args.temperature == 0
+    same_as_plain = [
+        a["token_ids"] == b["token_ids"] for a, b in zip(spec_run.outputs, plain.outputs, strict=True)
+    ]
+    same_as_ours = [o["token_ids"] == t.spec.tokens for o, t in zip(spec_run.outputs, turns, strict=True)]
+    return {
+        "drafter": args.drafter,
+        "kind": kind,
+        "engine": {"package": package, "version": spec_run.version, "speculative_config": spec},
+        "settings": report_settings(args, ours),
+        "vllm": vllm_figures(plain, spec_run, sum(same_as_plain) if greedy else None),
+        "draftsmith": evaluator_figures(ours, mine),
+        "answers": len(turns),
+        "answers_equal_across_engines": sum(same_as_ours) if greedy else None,
+        **tau_agreement(args, ours, mine, spec_run),
+        "lossless": (all(same_as_plain) and ours["lossless"] is not False) if greedy else None,
+    }
+
+
+def report_settings(args: EngineEvalArgs, ours: dict[str, Any]) -> dict[str, Any]:
+    """The settings both engines decoded with (the depth the evaluator chose)."""
+    return {
+        k: getattr(args, k)
+        for k in ("target", "data", "num_prompts", "max_new_tokens", "temperature", "top_p", "top_k")
+    } | {
+        "depth": ours["settings"]["depth"],
+        "draft_sample_method": args.draft_sample_method,
+        "batch_size": args.batch_size,
+        "max_rel_diff": args.max_rel_diff,
+    }
+
+
+def vllm_figures(plain: VllmRun, spec_run: VllmRun, equals_plain: int | None) -> dict[str, Any]:
+    """vLLM's figures: its acceptance, counters, speed with and without the drafter, and (at T = 0) how many
+    speculative answers equal the plain ones."""
+    speedup = (
+        spec_run.tokens_per_s / plain.tokens_per_s if spec_run.tokens_per_s and plain.tokens_per_s else None
+    )
+    return {
+        "mean_acceptance_length": spec_run.mean_acceptance_length,
+        "acceptance_by_position": spec_run.acceptance_by_position,
+        "counters": spec_run.counters,
+        "tokens_per_s": spec_run.tokens_per_s,
+        "plain_tokens_per_s": plain.tokens_per_s,
+        "speedup": speedup,
+        "new_tokens": spec_run.tokens,
+        "load_s": {"plain": plain.load_s, "speculative": spec_run.load_s},
+        "speculative_equals_plain": equals_plain,
+    }
+
+
+def evaluator_figures(ours: dict[str, Any], mine: dict[str, Any]) -> dict[str, Any]:
+    """The evaluator's figures, with its steps counted as vLLM counts them (`mine`, from `comparable`)."""
+    return {
+        "tau": ours["tau"],
+        "tau_stderr": ours["tau_stderr"],
+        "alpha": ours["alpha"],
+        "acceptance_by_depth": ours["acceptance_by_depth"],
+        "draft_time_s": ours["draft_time_s"],
+        "verify_time_s": ours["verify_time_s"],
+        "vllm_definition": mine,
+        "tokens_per_s": ours["tokens_per_s"],
+        "plain_tokens_per_s": ours["baseline_tokens_per_s"],
+        "speedup": ours["speedup"],
+        "new_tokens": ours["new_tokens"],
+        "lossless": ours["lossless"],
+    }
+
+
+def tau_agreement(
+    args: EngineEvalArgs, ours: dict[str, Any], mine: dict[str, Any], spec_run: VllmRun
+) -> dict[str, Any]:
+    """vLLM's tau against the evaluator's, as it is and counted alike, and whether they agree within the
+    tolerance."""
     tau_vllm, tau_ours = spec_run.mean_acceptance_length, ours["tau"]
     rel = (tau_vllm - tau_ours) / tau_ours if tau_vllm is not None and tau_ours else None
     # the like-for-like figure: the evaluator's steps counted as vLLM counts them (steps that carried drafts);
     # equal to tau when every step drafts, which only the n-gram proposer does not do
     same = mine["mean_acceptance_length"]
     rel_same = (tau_vllm - same) / same if tau_vllm is not None and same else None
-    greedy = args.temperature == 0
     # At T > 0 the engines sample different answers: two independent estimates of tau, each with about the
     # evaluator's standard error, so their difference is allowed 3 standard errors of a difference as well.
     tolerance = args.max_rel_diff
-    if not greedy and ours["tau_stderr"] and same:
+    if args.temperature != 0 and ours["tau_stderr"] and same:
         tolerance = max(tolerance, 3 * math.sqrt(2) * ours["tau_stderr"] / same)
-    same_as_plain = [
-        a["token_ids"] == b["token_ids"] for a, b in zip(spec_run.outputs, plain.outputs, strict=True)
-    ]
-    same_as_ours = [o["token_ids"] == t.spec.tokens for o, t in zip(spec_run.outputs, turns, strict=True)]
-    speedup = (
-        spec_run.tokens_per_s / plain.tokens_per_s if spec_run.tokens_per_s and plain.tokens_per_s else None
-    )
     return {
-        "drafter": args.drafter,
-        "kind": kind,
-        "engine": {"package": package, "version": spec_run.version, "speculative_config": spec},
-        "settings": {
-            k: getattr(args, k)
-            for k in ("target", "data", "num_prompts", "max_new_tokens", "temperature", "top_p", "top_k")
-        }
-        | {
-            "depth": ours["settings"]["depth"],
-            "draft_sample_method": args.draft_sample_method,
-            "batch_size": args.batch_size,
-        },
-        "vllm": {
-            "mean_acceptance_length": tau_vllm,
-            "acceptance_by_position": spec_run.acceptance_by_position,
-            "counters": spec_run.counters,
-            "tokens_per_s": spec_run.tokens_per_s,
-            "plain_tokens_per_s": plain.tokens_per_s,
-            "speedup": speedup,
-            "new_tokens": spec_run.tokens,
-            "load_s": {"plain": plain.load_s, "speculative": spec_run.load_s},
-            "speculative_equals_plain": sum(same_as_plain) if greedy else None,
-        },
-        "draftsmith": {
-            "tau": tau_ours,
-            "tau_stderr": ours["tau_stderr"],
-            "alpha": ours["alpha"],
-            "acceptance_by_depth": ours["acceptance_by_depth"],
-            "draft_time_s": ours["draft_time_s"],
-            "verify_time_s": ours["verify_time_s"],
-            "vllm_definition": mine,
-            "tokens_per_s": ours["tokens_per_s"],
-            "plain_tokens_per_s": ours["baseline_tokens_per_s"],
-            "speedup": ours["speedup"],
-            "new_tokens": ours["new_tokens"],
-            "lossless": ours["lossless"],
-        },
-        "answers": len(turns),
-        "answers_equal_across_engines": sum(same_as_ours) if greedy else None,
         "tau_relative_difference": rel,
         "same_definition_relative_difference": rel_same,
         "tolerance": tolerance,
         "tau_agrees": rel_same is not None and abs(rel_same) <= tolerance,
-        "lossless": (all(same_as_plain) and ours["lossless"] is not False) if greedy else None,
     }
 
 
@@ -118,26 +145,26 @@ def cell(x: Any, digits: int = 3) -> str:
     return fmt_value(x, digits)
 
 
-def markdown(r: dict[str, Any]) -> str:
-    v, d, n = r["vllm"], r["draftsmith"], r["answers"]
-    rel = r["tau_relative_difference"]
+def comparison_rows(r: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The table's rows: what is compared, vLLM's figure, the evaluator's."""
+    v, d = r["vllm"], r["draftsmith"]
+    alike = d["vllm_definition"]
     rows = [
         ("tau (vLLM: mean acceptance length)", v["mean_acceptance_length"], d["tau"]),
         (
             "the same in vLLM's terms (steps with drafts only)",
             v["mean_acceptance_length"],
-            d["vllm_definition"]["mean_acceptance_length"],
+            alike["mean_acceptance_length"],
         ),
         (
             "acceptance by position (unconditional)",
             v["acceptance_by_position"],
-            d["vllm_definition"]["acceptance_by_position"],
+            alike["acceptance_by_position"],
         ),
         (
             "steps with drafts / draft tokens / accepted",
             f"{v['counters']['num_drafts']} / {v['counters']['num_draft_tokens']} / {v['counters']['num_accepted_tokens']}",
-            f"{d['vllm_definition']['num_drafts']} / {d['vllm_definition']['num_draft_tokens']} / "
-            f"{d['vllm_definition']['num_accepted_tokens']}",
+            f"{alike['num_drafts']} / {alike['num_draft_tokens']} / {alike['num_accepted_tokens']}",
         ),
         (
             "tokens/s with the drafter / plain",
@@ -150,30 +177,35 @@ def markdown(r: dict[str, Any]) -> str:
         rows.append(
             (
                 "answers equal to plain greedy decoding",
-                f"{v['speculative_equals_plain']}/{n}",
+                f"{v['speculative_equals_plain']}/{r['answers']}",
                 "all" if d["lossless"] else "NOT all",
             )
         )
+    return rows
+
+
+def markdown(r: dict[str, Any]) -> str:
+    """The comparison as the command prints it: a headline, the table, the verdict on tau, the curves."""
+    n, settings = r["answers"], r["settings"]
+    sampled = settings["temperature"] > 0
     head = (
         f"{r['kind']} drafter, {r['engine']['package']} {r['engine']['version']} vs draftsmith's evaluator: "
-        f"{n} answers, depth {r['settings']['depth']}, T={r['settings']['temperature']}"
-        + (f" ({r['settings']['draft_sample_method']} drafts)" if r["settings"]["temperature"] > 0 else "")
-        + f", chain, batch {r['settings']['batch_size']} in vLLM, 1 in the evaluator"
+        f"{n} answers, depth {settings['depth']}, T={settings['temperature']}"
+        + (f" ({settings['draft_sample_method']} drafts)" if sampled else "")
+        + f", chain, batch {settings['batch_size']} in vLLM, 1 in the evaluator"
     )
-    lines = [head, "", "| | vLLM | draftsmith |", "|---|---|---|"]
-    lines += [f"| {name} | {cell(a)} | {cell(b)} |" for name, a, b in rows]
-    verdict = "agree" if r["tau_agrees"] else "DISAGREE"
-    lines.append("")
-    same = r["same_definition_relative_difference"]
+    header, *body = table(
+        ["", "vLLM", "draftsmith"], [(k, cell(a), cell(b)) for k, a, b in comparison_rows(r)]
+    )
+    # table() writes the empty corner cell as "|  |"; the printed table has always had "| |"
+    lines = [head, "", header.replace("|  |", "| |", 1), *body, ""]
+    rel, same = r["tau_relative_difference"], r["same_definition_relative_difference"]
+    agreement = "agree" if r["tau_agrees"] else "DISAGREE"
     lines.append(
         f"relative difference, vLLM vs the evaluator's tau: {cell(rel * 100 if rel is not None else None, 2)} %; "
-        f"counted alike (steps with drafts): {cell(same * 100 if same is not None else None, 2)} % ({verdict}; "
+        f"counted alike (steps with drafts): {cell(same * 100 if same is not None else None, 2)} % ({agreement}; "
         f"limit {r['tolerance'] * 100:.1f} %"
-        + (
-            ", 3 standard errors of the difference of two sampled runs)"
-            if r["settings"]["temperature"] > 0
-            else ")"
-        )
+        + (", 3 standard errors of the difference of two sampled runs)" if sampled else ")")
     )
     lines += curves_markdown(r.get("curves") or {})
     if r["answers_equal_across_engines"] is not None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from draftsmith.data.conversations import read_conversations
 from draftsmith.runtime.errors import UserError
 from draftsmith.runtime.http import HttpClient, RequestRejected, ServerUnavailable
 
@@ -44,8 +45,6 @@ class Level:
 
 def documents_text(source: str) -> list[str]:
     """The documents of a data source as text: a text record as it is, a chat as its messages' contents."""
-    from draftsmith.data.conversations import read_conversations
-
     docs = []
     for conv in read_conversations(source):
         text = conv.text if conv.text is not None else "\n\n".join(str(m["content"]) for m in conv.messages)
@@ -57,6 +56,7 @@ def documents_text(source: str) -> list[str]:
 def long_prompts(tokenizer: Any, documents: Sequence[str], length: int, count: int) -> list[list[int]]:
     """`count` prompts of at most `length` tokens (within a few of it), each the documents from the k-th on
     joined and cut to fill the length, then QUESTION, rendered as one user turn with the generation prompt."""
+    # chat_render imports transformers: here rather than at the top, so `engine-eval --help` stays fast
     from draftsmith.data.chat_render import render_prompt
 
     overhead = len(render_prompt(tokenizer, [{"role": "user", "content": f"\n\n{QUESTION}"}], None))

@@ -16,7 +16,6 @@ so a killed setup is redone from scratch on the next call.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from draftsmith.runtime.errors import UserError
-from draftsmith.runtime.files import read_json, user_cache
+from draftsmith.runtime.files import read_json, user_cache, write_json
 from draftsmith.runtime.run_lock import RunLock
 
 MARKER = "draftsmith-engine.json"
@@ -197,7 +196,7 @@ def setup(
         )
         version = (where / "version").read_text().strip()
         info = {"spec": asdict(spec), "engine_version": version, "python": sys.version.split()[0]}
-        (where / MARKER).write_text(json.dumps(info, indent=2) + "\n")
+        write_json(where / MARKER, info)
     if progress:
         print(f"{spec.package} {version} is set up in {where} (log: {log})")
     return EngineEnv(where, spec, version)

@@ -4,7 +4,7 @@ hand-computed case or a slow reference."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -19,6 +19,7 @@ import torch
 from draftsmith.engines import setup as engine_setup
 from draftsmith.engines.engine_eval import plain_cache_file, served_kind
 from draftsmith.engines.engine_report import build_report, comparable, markdown
+from draftsmith.engines.settings import EngineEvalArgs
 from draftsmith.engines.vllm_engine import VllmRun, last_error, speculative_config
 from draftsmith.eval.decoder import Generation, Step
 from draftsmith.eval.report import TurnResult
@@ -247,21 +248,9 @@ def test_the_evaluators_steps_in_vllms_terms():
     assert got["acceptance_by_position"] == pytest.approx([2 / 3, 2 / 3, 1 / 3])
 
 
-def _args(**kw) -> argparse.Namespace:
-    base = dict(
-        drafter="ckpt",
-        target="t",
-        data="d",
-        num_prompts=2,
-        max_new_tokens=8,
-        temperature=0.0,
-        top_p=1.0,
-        top_k=0,
-        draft_sample_method="greedy",
-        max_rel_diff=0.03,
-        batch_size=1,
-    )
-    return argparse.Namespace(**{**base, **kw})
+def _args(**kw) -> EngineEvalArgs:
+    base = EngineEvalArgs(drafter="ckpt", target="t", data="d", num_prompts=2, max_new_tokens=8)
+    return dataclasses.replace(base, **kw)
 
 
 def test_the_report_compares_tau_and_checks_losslessness():

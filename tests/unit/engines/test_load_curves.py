@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from draftsmith.engines.engine_eval import int_list
 from draftsmith.engines.engine_report import curves_markdown
 from draftsmith.engines.load_curves import QUESTION, long_prompts, parse_counters, stops_paying
+from draftsmith.engines.settings import int_list
 from draftsmith.runtime.errors import UserError
 
 
