@@ -75,11 +75,12 @@ def saved_tiny_target(tiny_random_target, tmp_path_factory):
 
 def _toy_source_hash() -> str:
     import draftsmith.data.stdlib_corpus as corpus
+    import draftsmith.toy.presets as presets
     import draftsmith.toy.target as toy
     import draftsmith.toy.tokenizer as tok
 
     h = hashlib.sha256(sys.version.encode())
-    for mod in (corpus, toy, tok):
+    for mod in (corpus, presets, toy, tok):
         h.update(Path(inspect.getfile(mod)).read_bytes())
     return h.hexdigest()[:16]
 
