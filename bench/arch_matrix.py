@@ -146,7 +146,7 @@ def run_cell(arch: str, kind: str, root: Path) -> CellResult:
     from draftsmith.eval.acceptance import EvalArgs, evaluate
     from draftsmith.models.serving import serving_engines, unserved_reason
     from draftsmith.ship.export import main as export_main
-    from draftsmith.ship.layouts.common import TargetInfo
+    from draftsmith.ship.layouts.target_info import TargetInfo
 
     result = CellResult(arch, kind)
     start = time.perf_counter()
