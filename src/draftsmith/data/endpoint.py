@@ -154,6 +154,13 @@ class Regenerated:
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
+    def count(self, reply: Reply) -> None:
+        """Count one of the model's answers: cut at the token limit or not, and the tokens it took."""
+        self.answers += 1
+        self.truncated += reply.finish_reason == "length"
+        self.prompt_tokens += reply.prompt_tokens
+        self.completion_tokens += reply.completion_tokens
+
 
 def regenerate_conversation(
     conv: Conversation, ask: Callable[[list[dict[str, Any]], int], Reply]
@@ -182,12 +189,8 @@ def regenerate_conversation(
             if reply is None or answered is None or answered != recorded:
                 result.tool_call_differs = reply is not None
                 break
-            ids = [c.get("id") for c in reply.message.get("tool_calls", [])]
-            tool = dict(message)
-            if results < len(ids) and ids[results]:  # the server's id for the call this result answers
-                tool["tool_call_id"] = ids[results]
+            out.append(_tool_result(message, reply, results))
             results += 1
-            out.append(tool)
             if k + 1 < len(msgs) and msgs[k + 1]["role"] == "tool":
                 continue  # the next result of the same call turn
         else:
@@ -198,12 +201,19 @@ def regenerate_conversation(
         results = 0
         out.append(reply.message)
         answered = tool_calls_of(reply.message)
-        result.answers += 1
-        result.truncated += reply.finish_reason == "length"
-        result.prompt_tokens += reply.prompt_tokens
-        result.completion_tokens += reply.completion_tokens
+        result.count(reply)
     if not result.answers:
         return Regenerated(None, "no user turn before the first tool result")
     while out[-1]["role"] != "assistant":  # a conversation ends with the model's answer
         out.pop()
     return result
+
+
+def _tool_result(message: dict[str, Any], reply: Reply, n: int) -> dict[str, Any]:
+    """The recorded tool `message`, result `n` since the model's answer `reply`, naming the call it answers by
+    the server's id for that call (where the server gave one)."""
+    ids = [c.get("id") for c in reply.message.get("tool_calls", [])]
+    tool = dict(message)
+    if n < len(ids) and ids[n]:
+        tool["tool_call_id"] = ids[n]
+    return tool

@@ -11,7 +11,7 @@ import torch
 from draftsmith.data.chat_render import render_prompt
 from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
 from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
-from draftsmith.scripts.data.regenerate import build_parser, regenerate
+from draftsmith.scripts.data.regenerate import parse_args, regenerate
 
 N = 5
 
@@ -28,7 +28,7 @@ def data(tmp_path_factory, shared_data):
 
 
 def run(target, data, out, *extra):
-    args = build_parser().parse_args(
+    args = parse_args(
         [
             "--target",
             str(target),

@@ -16,7 +16,7 @@ from draftsmith.data import endpoint
 from draftsmith.data.conversations import read_conversations
 from draftsmith.runtime import http
 from draftsmith.runtime.errors import UserError
-from draftsmith.scripts.data.regenerate import build_parser, regenerate
+from draftsmith.scripts.data.regenerate import parse_args, regenerate
 
 CALL = {"name": "search_recipes", "arguments": {"ingredients": ["rice"]}}
 NO_PARSER = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
@@ -151,7 +151,7 @@ def write_data(path, rows) -> str:
 
 def run(url: str, data: str, out, *extra: str) -> dict:
     args = ["--endpoint", url, "--data", data, "--out", str(out), "--no-progress", "--max-new-tokens", "50"]
-    return regenerate(build_parser().parse_args([*args, *extra]))
+    return regenerate(parse_args([*args, *extra]))
 
 
 def two_turn_chats(n: int) -> list[dict]:

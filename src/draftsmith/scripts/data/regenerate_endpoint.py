@@ -9,13 +9,10 @@ run stops too, after the retries, and says how far it got: nothing is marked fai
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -24,28 +21,61 @@ from draftsmith.data.conversations import Conversation, read_conversations
 from draftsmith.data.endpoint import (
     EndpointClient,
     Regenerated,
-    Reply,
     api_base,
     openai_tools,
     regenerate_conversation,
 )
+from draftsmith.data.regen_output import RegenOutput, RowWriter, Sampling, new_counts, run_meta
 from draftsmith.runtime.errors import UserError
 from draftsmith.runtime.http import RequestRejected, ServerUnavailable
 
-from .regenerate import FAILED_SUFFIX, META_SUFFIX, Sampling, check_meta, read_done
+from .regenerate_settings import RegenerateArgs
 
 COUNT_KEYS = ("answers", "truncated", "tool_call_differs", "prompt_tokens", "completion_tokens")
 
 
-def client_for(args: argparse.Namespace) -> EndpointClient:
+def regenerate_via_endpoint(settings: RegenerateArgs) -> dict[str, Any]:
+    """Run the regeneration `settings` describe through `settings.endpoint`; returns the counts."""
+    client = client_for(settings)
+    model = served_model(client, settings.model)
+    convs = read_conversations(settings.data, settings.format, settings.max_samples)
+    output = RegenOutput(settings.out, endpoint_meta(settings, client, model))
+    done = output.resume()
+    todo = [i for i in range(len(convs)) if i not in done]
+    counts = new_counts(len(convs), len(todo), COUNT_KEYS)
+    bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=settings.no_progress)
+    answer = answerer(client, model["id"], settings.sampling, convs)
+    start = time.perf_counter()
+    with output.appending() as writer:
+
+        def finished(i: int, result: Regenerated) -> None:
+            record(writer, convs[i], i, result, counts)
+            bar.update(1)
+
+        stopped = answer_in_flight(client, settings.concurrency, iter(todo), answer, finished)
+    bar.close()
+    counts["seconds"] = time.perf_counter() - start
+    output.finish(counts=counts, tool_choice=client.tool_choice)
+    if stopped is not None:
+        raise UserError(
+            f"{stopped}; {counts['written']} conversations written and {counts['failed']} failed this run, "
+            f"{counts['skipped']} were done before: rerun the same command to continue"
+        )
+    assert counts["written"] + counts["failed"] + counts["skipped"] == counts["input"]
+    return counts
+
+
+def client_for(settings: RegenerateArgs) -> EndpointClient:
+    """The client for `--endpoint`, with the key `--api-key-env` names."""
+    assert settings.endpoint is not None  # regenerate() sends only --endpoint runs here
     key = None
-    if args.api_key_env:
-        key = os.environ.get(args.api_key_env)
+    if settings.api_key_env:
+        key = os.environ.get(settings.api_key_env)
         if not key:
             raise UserError(
-                f"--api-key-env {args.api_key_env}: that environment variable is not set or empty"
+                f"--api-key-env {settings.api_key_env}: that environment variable is not set or empty"
             )
-    return EndpointClient(api_base(args.endpoint), key, args.timeout, args.retries)
+    return EndpointClient(api_base(settings.endpoint), key, settings.timeout, settings.retries)
 
 
 def served_model(client: EndpointClient, asked: str | None) -> dict[str, Any]:
@@ -61,6 +91,19 @@ def served_model(client: EndpointClient, asked: str | None) -> dict[str, Any]:
     if name not in names:
         raise UserError(f"--model {name!r} is not served at {client.base}; it serves {', '.join(names)}")
     return next(m for m in models if str(m.get("id")) == name)
+
+
+def endpoint_meta(settings: RegenerateArgs, client: EndpointClient, model: dict[str, Any]) -> dict[str, Any]:
+    """The meta file's settings: the served model is the target; where and how it was asked is recorded."""
+    return run_meta(
+        settings.sampling,
+        {"served_model": model["id"]},
+        settings.data,
+        settings.format,
+        endpoint=client.base,  # recorded, not checked on resume: a restarted server may move
+        server={k: model[k] for k in ("root", "max_model_len", "owned_by") if k in model},
+        concurrency=settings.concurrency,
+    )
 
 
 def request_body(model: str, sampling: Sampling, conv: Conversation, index: int) -> Any:
@@ -85,101 +128,65 @@ def request_body(model: str, sampling: Sampling, conv: Conversation, index: int)
     return body
 
 
-def regenerate_via_endpoint(args: argparse.Namespace, sampling: Sampling) -> dict[str, Any]:
-    """Run the regeneration `args` describe through `args.endpoint`; returns the counts."""
-    client = client_for(args)
-    model = served_model(client, args.model)
-    convs = read_conversations(args.data, args.format, args.max_samples)
-    meta: dict[str, Any] = {
-        "sampling": asdict(sampling),
-        "target": {"served_model": model["id"]},
-        "data": {"source": args.data, "format": args.format},
-        "endpoint": client.base,  # recorded, not checked on resume: a restarted server may move
-        "server": {k: model[k] for k in ("root", "max_model_len", "owned_by") if k in model},
-        "concurrency": args.concurrency,
-    }
-    out: Path = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta_path = out.with_name(out.name + META_SUFFIX)
-    failed_path = out.with_name(out.name + FAILED_SUFFIX)
-    check_meta(meta_path, meta)
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-    done = read_done(out) | read_done(failed_path)
-    todo = iter([i for i in range(len(convs)) if i not in done])
-    counts: dict[str, Any] = {"input": len(convs), "written": 0, "failed": 0}
-    counts["skipped"] = len(done & set(range(len(convs))))
-    counts |= dict.fromkeys(COUNT_KEYS, 0)
-    bar = tqdm(total=len(convs) - counts["skipped"], desc="regenerate", unit="conv", disable=args.no_progress)
+def answerer(
+    client: EndpointClient, model: str, sampling: Sampling, convs: list[Conversation]
+) -> Callable[[int], Regenerated]:
+    """What a worker thread runs for conversation `i`: its turns one after the other, one request each."""
 
-    def work(i: int) -> Regenerated:
-        body = request_body(model["id"], sampling, convs[i], i)
+    def answer(i: int) -> Regenerated:
+        body = request_body(model, sampling, convs[i], i)
+        return regenerate_conversation(convs[i], lambda messages, turn: client.chat(body(messages, turn)))
 
-        def ask(messages: list[dict[str, Any]], turn: int) -> Reply:
-            return client.chat(body(messages, turn))
+    return answer
 
-        return regenerate_conversation(convs[i], ask)
 
+def answer_in_flight(
+    client: EndpointClient,
+    concurrency: int,
+    todo: Iterator[int],
+    answer: Callable[[int], Regenerated],
+    finished: Callable[[int, Regenerated], None],
+) -> ServerUnavailable | None:
+    """Keep `concurrency` conversations of `todo` in flight and hand each one that finishes (or whose request
+    was refused) to `finished`, in the order they finish. Returns why the server stopped answering (the others
+    in flight then give up, and nothing more is asked), or None when `todo` is done."""
     stopped: ServerUnavailable | None = None
-    start = time.perf_counter()
-    pool = ThreadPoolExecutor(args.concurrency, thread_name_prefix="regenerate")
+    pool = ThreadPoolExecutor(concurrency, thread_name_prefix="regenerate")
     try:
-        with out.open("a") as rows, failed_path.open("a") as failures:
-            running: dict[Future[Regenerated], int] = {}
-            while True:
-                while (
-                    stopped is None
-                    and len(running) < args.concurrency
-                    and (i := next(todo, None)) is not None
-                ):
-                    running[pool.submit(work, i)] = i
-                if not running:
-                    break
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    i = running.pop(future)
-                    try:
-                        result = future.result()
-                    except ServerUnavailable as err:
-                        stopped = stopped or err
-                        client.stop.set()  # the others in flight give up instead of retrying
-                        continue
-                    except RequestRejected as err:  # this conversation's request was refused: recorded
-                        result = Regenerated(None, str(err))
-                    write(rows, failures, convs[i], i, result, counts)
-                    bar.update(1)
+        running: dict[Future[Regenerated], int] = {}
+        while True:
+            while stopped is None and len(running) < concurrency and (i := next(todo, None)) is not None:
+                running[pool.submit(answer, i)] = i
+            if not running:
+                return stopped
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                i = running.pop(future)
+                try:
+                    result = future.result()
+                except ServerUnavailable as err:
+                    stopped = stopped or err
+                    client.stop.set()  # the others in flight give up instead of retrying
+                    continue
+                except RequestRejected as err:  # this conversation's request was refused: recorded
+                    result = Regenerated(None, str(err))
+                finished(i, result)
     finally:  # Ctrl-C or an error: what is written stays; the requests in flight are not waited for
         client.stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
-    bar.close()
-    counts["seconds"] = time.perf_counter() - start
-    meta["counts"] = counts
-    meta["tool_choice"] = client.tool_choice
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-    if stopped is not None:
-        raise UserError(
-            f"{stopped}; {counts['written']} conversations written and {counts['failed']} failed this run, "
-            f"{counts['skipped']} were done before: rerun the same command to continue"
-        )
-    assert counts["written"] + counts["failed"] + counts["skipped"] == counts["input"]
-    return counts
 
 
-def write(
-    rows: Any, failures: Any, conv: Conversation, i: int, result: Regenerated, counts: dict[str, Any]
+def record(
+    writer: RowWriter, conv: Conversation, i: int, result: Regenerated, counts: dict[str, Any]
 ) -> None:
     """Append one finished conversation (or its failure) and count it; flushed at once."""
     if result.messages is None:
-        failures.write(json.dumps({"index": i, "source": conv.source, "reason": result.reason}) + "\n")
-        failures.flush()
+        writer.failure(i, conv, result.reason)
+        writer.flush()
         counts["failed"] += 1
         return
-    record: dict[str, Any] = {"index": i, "messages": result.messages}
-    if conv.tools:
-        record["tools"] = conv.tools
-    if conv.category:
-        record["category"] = conv.category
-    rows.write(json.dumps(record, ensure_ascii=False) + "\n")
-    rows.flush()
+    writer.row(i, conv, result.messages)
+    writer.flush()
     counts["written"] += 1
     for key in COUNT_KEYS:
         counts[key] += int(getattr(result, key))

@@ -1,0 +1,195 @@
+"""`draftsmith data regenerate --target DIR`: the target's answers generated here, by transformers' `generate`.
+
+Conversations go in batches of `--batch-size`. Turn k of every conversation in a batch is generated in one
+`generate` call (KV cache, left padding), each conditioned on its own conversation's earlier answers. A batch
+draws from a seed of its own (a function of `--seed` and its first index), so a resumed run redraws it alike;
+its rows are appended to OUT (data/regen_output.py) when the whole batch is done.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import GenerationConfig
+
+from draftsmith.data.chat_render import render_prompt
+from draftsmith.data.conversations import Conversation, prompt_turns, read_conversations, with_answers
+from draftsmith.data.regen_output import RegenOutput, RowWriter, Sampling, new_counts, run_meta
+from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+from draftsmith.runtime.tokens import left_pad
+
+from .regenerate_settings import RegenerateArgs
+
+COUNT_KEYS = ("answers", "truncated", "completion_tokens")
+
+
+@dataclass
+class Generator:
+    """The loaded target as `generate` uses it: the tokens that end an answer, the positions it can read."""
+
+    model: Any
+    tokenizer: Any
+    stop_ids: set[int]
+    max_positions: int
+    sampling: Sampling
+
+
+@dataclass
+class Answering:
+    """One conversation of a batch: the prompt of each user turn, the answers so far, the tokens they took, how
+    many were cut at --max-new-tokens, and why it failed (None while it has not)."""
+
+    prompts: list[list[dict[str, Any]]]
+    answers: list[str] = field(default_factory=list)
+    tokens: int = 0
+    truncated: int = 0
+    failure: str | None = None
+
+
+def regenerate_locally(settings: RegenerateArgs) -> dict[str, Any]:
+    """Regenerate with transformers' `generate` on this machine; returns the counts."""
+    convs = read_conversations(settings.data, settings.format, settings.max_samples)
+    target = load_target(settings)
+    generator = generator_for(target, settings)
+    dtype = str(target.model.dtype).removeprefix("torch.")  # recorded, not checked on resume
+    meta = run_meta(settings.sampling, target.identity(), settings.data, settings.format, dtype=dtype)
+    output = RegenOutput(settings.out, meta)
+    done = output.resume()
+    todo = [i for i in range(len(convs)) if i not in done]
+    counts = new_counts(len(convs), len(todo), COUNT_KEYS)
+    began = time.perf_counter()
+    bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=settings.no_progress)
+    with output.appending() as writer:
+        for start in range(0, len(todo), settings.batch_size):
+            batch = todo[start : start + settings.batch_size]
+            write_batch(writer, convs, answer_batch(generator, convs, batch, settings.seed), counts)
+            writer.flush()
+            bar.update(len(batch))
+    bar.close()
+    assert counts["written"] + counts["failed"] + counts["skipped"] == counts["input"]
+    counts["seconds"] = time.perf_counter() - began
+    output.finish(counts=counts)
+    return counts
+
+
+def load_target(settings: RegenerateArgs) -> FrozenTarget:
+    """The target on `--device` in `--dtype`, generating with nothing but what `generate_batch` passes."""
+    assert settings.target is not None  # regenerate() sends only --target runs here
+    device = torch.device(settings.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    target = FrozenTarget.load(TargetConfig(path=settings.target, dtype=settings.dtype), device)
+    target.model.generation_config = (
+        GenerationConfig()
+    )  # only the settings passed below, never a repo's defaults
+    return target
+
+
+def generator_for(target: FrozenTarget, settings: RegenerateArgs) -> Generator:
+    """What `generate` needs of the target; a target whose answers would never end is refused."""
+    stop_ids = stop_token_ids(target)
+    if not stop_ids:
+        raise ValueError(
+            f"target {settings.target!r} has no end-of-sequence token (tokenizer eos_token_id or generation_config "
+            "eos_token_id): answers would never end; set one in the target's generation_config.json"
+        )
+    max_positions = int(getattr(target.model.config, "max_position_embeddings", 1 << 30))
+    return Generator(target.model, target.tokenizer, stop_ids, max_positions, settings.sampling)
+
+
+def unanswerable(conv: Conversation, prompts: list[list[dict[str, Any]]]) -> str | None:
+    """Why `conv` cannot be regenerated before anything is generated, or None."""
+    if not prompts:
+        return "no user turn (a text document or an assistant-only record)"
+    if any(m["role"] == "tool" for m in conv.messages):
+        return "has tool messages: their results cannot be regenerated"
+    return None
+
+
+def answer_batch(
+    generator: Generator, convs: list[Conversation], batch: list[int], seed: int
+) -> dict[int, Answering]:
+    """Every user turn of the conversations `batch` indexes, turn k of all of them generated together."""
+    states = {i: Answering(prompt_turns(convs[i])) for i in batch}
+    for i, state in states.items():
+        state.failure = unanswerable(convs[i], state.prompts)
+    torch.manual_seed(seed * 1_000_003 + batch[0])  # a resumed run redraws the same batch
+    for turn in range(max((len(s.prompts) for s in states.values()), default=0)):
+        answer_turn(generator, convs, states, turn)
+    return states
+
+
+def answer_turn(
+    generator: Generator, convs: list[Conversation], states: dict[int, Answering], turn: int
+) -> None:
+    """Turn `turn` of each conversation still going, rendered after its own answers, in one `generate`; a
+    prompt that leaves no room for --max-new-tokens fails its conversation."""
+    live, ids = [], []
+    new_tokens, max_positions = generator.sampling.max_new_tokens, generator.max_positions
+    for i, state in states.items():
+        if state.failure is not None or turn >= len(state.prompts):
+            continue
+        messages = with_answers(state.prompts[turn], state.answers)
+        prompt = render_prompt(generator.tokenizer, messages, convs[i].tools)
+        if len(prompt) + new_tokens > max_positions:
+            state.failure = f"prompt of {len(prompt)} tokens + {new_tokens} new > {max_positions}"
+            continue
+        live.append(state)
+        ids.append(prompt)
+    if not live:
+        return
+    with torch.no_grad():
+        new = generate_batch(
+            generator.model, generator.tokenizer, ids, generator.sampling, generator.stop_ids
+        )
+    for state, (tokens, stopped) in zip(live, new, strict=True):
+        state.answers.append(generator.tokenizer.decode(tokens, skip_special_tokens=True).strip())
+        state.tokens += len(tokens)
+        state.truncated += not stopped
+
+
+def generate_batch(
+    model: Any, tokenizer: Any, prompts: list[list[int]], sampling: Sampling, stop_ids: set[int]
+) -> list[tuple[list[int], bool]]:
+    """New token ids for each prompt (the stop token and what follows cut off), left-padded in one batch, and
+    whether a stop token ended it (False: cut at max_new_tokens)."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
+    ids, mask = left_pad(prompts, pad, model.device)
+    width = ids.shape[1]
+    greedy = sampling.temperature == 0
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=sampling.max_new_tokens,
+        do_sample=not greedy,
+        temperature=None if greedy else sampling.temperature,
+        top_p=None if greedy else sampling.top_p,
+        top_k=None if greedy else (sampling.top_k or None),
+        pad_token_id=pad,
+        eos_token_id=sorted(stop_ids),
+    )
+    answers = []
+    for row in out[:, width:].tolist():
+        cut = next((k for k, t in enumerate(row) if t in stop_ids), None)
+        answers.append((row[:cut], cut is not None))
+    return answers
+
+
+def write_batch(
+    writer: RowWriter, convs: list[Conversation], states: dict[int, Answering], counts: dict[str, Any]
+) -> None:
+    """Append each conversation of a finished batch (or its failure), in input order, and count it."""
+    for i, state in states.items():
+        if state.failure is not None:
+            writer.failure(i, convs[i], state.failure)
+            counts["failed"] += 1
+            continue
+        messages = with_answers(state.prompts[-1], state.answers[:-1])
+        messages.append({"role": "assistant", "content": state.answers[-1]})
+        writer.row(i, convs[i], messages)
+        counts["written"] += 1
+        counts["answers"] += len(state.answers)
+        counts["completion_tokens"] += state.tokens
+        counts["truncated"] += state.truncated
