@@ -23,15 +23,14 @@ MT_BENCH = REPO.parent / "shared" / "data" / "mt_bench" / "question.jsonl"
 
 
 def regen(args: argparse.Namespace, data: Path, out: Path, *how: str) -> dict:
-    from draftsmith.scripts.data.regenerate import build_parser, regenerate
+    from draftsmith.data.regen_output import FAILED_SUFFIX, META_SUFFIX
+    from draftsmith.scripts.data.regenerate import parse_args, regenerate
 
     out.unlink(missing_ok=True)
-    for suffix in (".meta.json", ".failed.jsonl"):
+    for suffix in (META_SUFFIX, FAILED_SUFFIX):
         out.with_name(out.name + suffix).unlink(missing_ok=True)
     common = ["--data", str(data), "--out", str(out), "--temperature", "0", "--no-progress"]
-    return regenerate(
-        build_parser().parse_args([*how, *common, "--max-new-tokens", str(args.max_new_tokens)])
-    )
+    return regenerate(parse_args([*how, *common, "--max-new-tokens", str(args.max_new_tokens)]))
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ import pytest
 from draftsmith.data.conversations import read_conversations
 from draftsmith.engines.vllm_server import serve
 from draftsmith.runtime.errors import UserError
-from draftsmith.scripts.data.regenerate import build_parser, regenerate
+from draftsmith.scripts.data.regenerate import parse_args, regenerate
 
 pytestmark = pytest.mark.engine
 
@@ -39,7 +39,7 @@ def test_regeneration_through_vllm_survives_a_killed_server(vllm_env, smollm2_ta
     def run(url: str, source: str, target: str, *extra: str) -> dict:
         args = ["--endpoint", url, "--data", source, "--out", target, "--temperature", "0"]
         args += ["--max-new-tokens", "32", "--concurrency", "4", "--retries", "1", "--no-progress", *extra]
-        return regenerate(build_parser().parse_args(args))
+        return regenerate(parse_args(args))
 
     outcome: dict = {}
     with serve(

@@ -101,11 +101,9 @@ def parse_args(argv: Sequence[str] | None = None) -> RegenerateArgs:
     return RegenerateArgs.from_namespace(build_parser().parse_args(argv))
 
 
-def regenerate(args: RegenerateArgs | argparse.Namespace) -> dict[str, Any]:
-    """Run the regeneration `args` describe; returns the counts (written, failed, skipped, input; answers,
-    truncated, completion_tokens, seconds). A Namespace (`build_parser().parse_args(...)`) is read into the
-    settings first."""
-    settings = args if isinstance(args, RegenerateArgs) else RegenerateArgs.from_namespace(args)
+def regenerate(settings: RegenerateArgs) -> dict[str, Any]:
+    """Run the regeneration `settings` describe (`parse_args`); returns the counts (written, failed, skipped,
+    input; answers, truncated, completion_tokens, seconds)."""
     sampling = settings.sampling
     if sampling.temperature < 0 or not 0 < sampling.top_p <= 1 or sampling.max_new_tokens < 1:
         raise UserError("need --temperature >= 0, 0 < --top-p <= 1 and --max-new-tokens >= 1")
