@@ -7,24 +7,15 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar, get_type_hints
 
-from .loader import (
-    _EXAMPLE,
-    ConfigError,
-    _default_of,
-    _export,
-    _join,
-    _one_line,
-    _section_type,
-    _type_name,
-    load_config,
-)
+from .loader import _EXAMPLE, ConfigError, _one_line, load_config
+from .tree import default_of, export_tree, join_key, section_type, type_name
 
 T = TypeVar("T")
 
 
 def _show_default(value: Any) -> str:
     try:
-        return repr(_export(value, "", plain=True))
+        return repr(export_tree(value, "", plain=True))
     except TypeError:
         return repr(value)
 
@@ -36,15 +27,15 @@ def _help_lines(cls: type, prefix: str, base: Any) -> Iterator[str]:
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
-        key, tp, section = _join(prefix, f.name), hints[f.name], _section_type(hints[f.name])
-        default = getattr(base, f.name) if base is not None else _default_of(f)
+        key, tp, section = join_key(prefix, f.name), hints[f.name], section_type(hints[f.name])
+        default = getattr(base, f.name) if base is not None else default_of(f)
         if section is not None and section is tp:  # a plain section: its keys speak for it
             yield from _help_lines(section, key, default)
             continue
         required = base is None and f.default is f.default_factory is dataclasses.MISSING
         shown = "required" if required else f"default {_show_default(default)}"
         help_text = _one_line(f.metadata.get("help", ""))
-        yield f"  {key} ({_type_name(tp)}, {shown})" + (f": {help_text}" if help_text else "")
+        yield f"  {key} ({type_name(tp)}, {shown})" + (f": {help_text}" if help_text else "")
         if section is not None:  # an optional section can still be filled key by key
             yield from _help_lines(section, key, default if isinstance(default, section) else None)
 

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime
 import difflib
 import re
-import types
 from collections.abc import Mapping, Sequence
 from importlib.resources import files
 from pathlib import Path, PurePath
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 import yaml
+
+from .tree import default_of, export_tree, is_union, join_key, section_type, type_name
 
 T = TypeVar("T")
 
@@ -85,10 +85,6 @@ class _Sources(dict[str, str]):
 
 def _within(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith((outer + ".", outer + "["))
-
-
-def _join(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
 
 
 def _one_line(text: str) -> str:
@@ -169,34 +165,6 @@ def _apply_override(tree: dict[Any, Any], item: str, sources: _Sources) -> None:
     sources[key.strip()] = f"override {item!r}"
 
 
-def _is_union(tp: Any) -> bool:
-    return get_origin(tp) in (Union, types.UnionType)
-
-
-def _section_type(tp: Any) -> type | None:
-    """The dataclass behind ``tp`` if it is a section (``Cfg`` or ``Cfg | None``), else None."""
-    if _is_union(tp):
-        options = [a for a in get_args(tp) if a is not type(None)]
-        tp = options[0] if len(options) == 1 else None
-    return tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
-
-
-def _type_name(tp: Any) -> str:
-    if tp is Any:
-        return "Any"
-    if tp is type(None):
-        return "None"
-    origin, args = get_origin(tp), get_args(tp)
-    if _is_union(tp):
-        return " | ".join(_type_name(a) for a in args)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in args)
-    if origin is not None:
-        inner = ", ".join("..." if a is Ellipsis else _type_name(a) for a in args)
-        return f"{getattr(origin, '__name__', origin)}[{inner}]"
-    return str(getattr(tp, "__name__", tp))
-
-
 def _type_error(key: str, expected: str, value: Any, sources: _Sources) -> ConfigError:
     got = f"{_short(value)} ({type(_plain(value)).__name__})"
     return ConfigError(f"{key}: expected {expected}, got {got} (from {sources.of(key)})")
@@ -223,26 +191,25 @@ def _build(cls: type[T], raw: Mapping[Any, Any], key: str, sources: _Sources, ba
                 f"overrides to '{new}.KEY=...'"
             )
         if name not in fields:
-            dotted, valid = _join(key, str(name)), sorted(fields)
+            dotted, valid = join_key(key, str(name)), sorted(fields)
             section = f"section '{key}'" if key else "the top level"
             msg = f"unknown key '{dotted}' (from {sources.of(dotted)}); valid keys in {section}: {', '.join(valid)}"
             close = difflib.get_close_matches(str(name), valid, n=1)
-            raise ConfigError(msg + (f"; did you mean '{_join(key, close[0])}'?" if close else ""))
+            raise ConfigError(msg + (f"; did you mean '{join_key(key, close[0])}'?" if close else ""))
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
-        dotted, tp = _join(key, name), hints[name]
+        dotted, tp = join_key(key, name), hints[name]
         if name in raw:
             sub_base = None
-            if _section_type(tp) is not None:
-                sub_base = getattr(base, name) if base is not None else _default_of(f)
+            if section_type(tp) is not None:
+                sub_base = getattr(base, name) if base is not None else default_of(f)
             kwargs[name] = _convert(tp, raw[name], dotted, sources, sub_base)
         elif base is not None:
             kwargs[name] = copy.deepcopy(getattr(base, name))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             help_text = _one_line(f.metadata.get("help", ""))
             raise ConfigError(
-                f"missing required key '{dotted}' ({_type_name(tp)})"
-                + (f": {help_text}" if help_text else "")
+                f"missing required key '{dotted}' ({type_name(tp)})" + (f": {help_text}" if help_text else "")
             )
     try:
         return cls(**kwargs)
@@ -250,72 +217,92 @@ def _build(cls: type[T], raw: Mapping[Any, Any], key: str, sources: _Sources, ba
         raise ConfigError(f"{key or cls.__name__}: {_one_line(str(e))}") from e
 
 
-def _default_of(f: dataclasses.Field[Any]) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return None
-
-
 def _convert(tp: Any, value: Any, key: str, sources: _Sources, base: Any = None) -> Any:
     """Convert one raw value to annotation ``tp`` or raise a ConfigError naming ``key``."""
     if isinstance(value, _CliScalar):
-        try:
-            return _convert(tp, value.value, key, sources)
-        except ConfigError as first:
-            try:
-                return _convert(tp, value.text, key, sources)
-            except ConfigError:
-                raise first from None
+        return _convert_typed(tp, value, key, sources)
     if tp is Any or tp is object:
         return _plain(value)
-    origin, args = get_origin(tp), get_args(tp)
-    if _is_union(tp):
-        if value is None and type(None) in args:
-            return None
-        options = [a for a in args if a is not type(None)]
-        if len(options) == 1:  # Optional[X]: X's own, more precise error
-            return _convert(options[0], value, key, sources, base)
-        for option in options:
-            try:
-                return _convert(option, value, key, sources, base)
-            except ConfigError:
-                continue
-        raise _type_error(key, _type_name(tp), value, sources)
+    origin = get_origin(tp)
+    if is_union(tp):
+        return _convert_union(tp, value, key, sources, base)
     if origin is Literal:
-        if any(type(value) is type(a) and value == a for a in args):
-            return value
-        err = _type_error(key, "one of " + ", ".join(repr(a) for a in args), value, sources)
-        close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
-        raise ConfigError(str(err) + (f"; did you mean {close[0]!r}?" if close else "")) from None
-    section = _section_type(tp)
+        return _convert_literal(tp, value, key, sources)
+    section = section_type(tp)
     if section is not None:
-        if not isinstance(value, Mapping):
-            raise _type_error(key, f"a mapping for section {section.__name__}", value, sources)
-        return _build(section, value, key, sources, base if isinstance(base, section) else None)
+        return _convert_section(section, value, key, sources, base)
     if origin in (list, tuple) or tp in (list, tuple):
         return _convert_sequence(tp, value, key, sources)
     if origin is dict or tp is dict:
-        if not isinstance(value, Mapping):
-            raise _type_error(key, _type_name(tp), value, sources)
-        key_tp, val_tp = args or (Any, Any)
-        return {
-            _convert(key_tp, k, f"{key} (key {k!r})", sources): _convert(
-                val_tp, v, _join(key, str(k)), sources
-            )
-            for k, v in value.items()
-        }
+        return _convert_mapping(tp, value, key, sources)
     return _convert_scalar(tp, value, key, sources)
+
+
+def _convert_typed(tp: Any, value: _CliScalar, key: str, sources: _Sources) -> Any:
+    """An override's value as YAML parsed it, else as typed (``revision=1234`` for a ``str`` field); the
+    parsed value's error when neither fits."""
+    try:
+        return _convert(tp, value.value, key, sources)
+    except ConfigError as first:
+        try:
+            return _convert(tp, value.text, key, sources)
+        except ConfigError:
+            raise first from None
+
+
+def _convert_union(tp: Any, value: Any, key: str, sources: _Sources, base: Any) -> Any:
+    """None for an optional annotation, else the first option ``value`` converts to."""
+    args = get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    options = [a for a in args if a is not type(None)]
+    if len(options) == 1:  # Optional[X]: X's own, more precise error
+        return _convert(options[0], value, key, sources, base)
+    for option in options:
+        try:
+            return _convert(option, value, key, sources, base)
+        except ConfigError:
+            continue
+    raise _type_error(key, type_name(tp), value, sources)
+
+
+def _convert_literal(tp: Any, value: Any, key: str, sources: _Sources) -> Any:
+    """One of the literal's values (of the same type: ``1`` is not ``True``), with a "did you mean" hint."""
+    args = get_args(tp)
+    if any(type(value) is type(a) and value == a for a in args):
+        return value
+    err = _type_error(key, "one of " + ", ".join(repr(a) for a in args), value, sources)
+    close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+    raise ConfigError(str(err) + (f"; did you mean {close[0]!r}?" if close else "")) from None
+
+
+def _convert_section(section: type, value: Any, key: str, sources: _Sources, base: Any) -> Any:
+    """A nested section built from a mapping (keys it leaves out come from ``base``, its default instance)."""
+    if not isinstance(value, Mapping):
+        raise _type_error(key, f"a mapping for section {section.__name__}", value, sources)
+    return _build(section, value, key, sources, base if isinstance(base, section) else None)
+
+
+def _convert_mapping(tp: Any, value: Any, key: str, sources: _Sources) -> dict[Any, Any]:
+    """A ``dict[K, V]`` with every key and value converted."""
+    if not isinstance(value, Mapping):
+        raise _type_error(key, type_name(tp), value, sources)
+    key_tp, val_tp = get_args(tp) or (Any, Any)
+    return {
+        _convert(key_tp, k, f"{key} (key {k!r})", sources): _convert(
+            val_tp, v, join_key(key, str(k)), sources
+        )
+        for k, v in value.items()
+    }
 
 
 def _convert_sequence(tp: Any, value: Any, key: str, sources: _Sources) -> list[Any] | tuple[Any, ...]:
     container, args = get_origin(tp) or tp, get_args(tp)
     if not isinstance(value, (list, tuple)):
-        raise _type_error(key, f"a list ({_type_name(tp)})", value, sources)
+        raise _type_error(key, f"a list ({type_name(tp)})", value, sources)
     if container is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):  # tuple[A, B]
         if len(value) != len(args):
-            raise _type_error(key, f"{len(args)} items ({_type_name(tp)})", value, sources)
+            raise _type_error(key, f"{len(args)} items ({type_name(tp)})", value, sources)
         return tuple(
             _convert(a, v, f"{key}[{i}]", sources) for i, (a, v) in enumerate(zip(args, value, strict=True))
         )
@@ -325,32 +312,33 @@ def _convert_sequence(tp: Any, value: Any, key: str, sources: _Sources) -> list[
 
 
 def _convert_scalar(tp: Any, value: Any, key: str, sources: _Sources) -> Any:
-    if tp is bool:  # only real booleans: 0/1 or "yes" strings for a flag are more likely mistakes
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, float):
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
-            return float(value)
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    elif isinstance(tp, type) and issubclass(tp, PurePath):
+    """A value of a plain class: bool, int, float, str, a path or any other class, strictly."""
+    if not isinstance(tp, type):
+        raise TypeError(f"{key}: unsupported config annotation {tp!r}")
+    if issubclass(tp, PurePath):
         if isinstance(value, (str, PurePath)) and str(value):
             return tp(value)
         raise _type_error(key, f"a non-empty path ({tp.__name__})", value, sources)
-    elif isinstance(tp, type):
-        if isinstance(value, tp):
-            return value
-    else:
-        raise TypeError(f"{key}: unsupported config annotation {tp!r}")
-    raise _type_error(key, _type_name(tp), value, sources)
+    converted = _scalar_as(tp, value)
+    if converted is _MISFIT:
+        raise _type_error(key, type_name(tp), value, sources)
+    return converted
+
+
+_MISFIT = object()  # what _scalar_as returns for a value that is not of the class
+
+
+def _scalar_as(tp: type, value: Any) -> Any:
+    """``value`` as a ``tp``: itself when it is one; for a float field also an int or a number string
+    (``"3e-4"``); ``_MISFIT`` otherwise. Only real booleans are bools: 0/1 or "yes" strings for a flag are
+    more likely mistakes, and a bool is no int."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if tp is int:
+        return value if is_int else _MISFIT
+    if tp is float and not isinstance(value, float):
+        number_text = isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip())
+        return float(value) if is_int or number_text else _MISFIT
+    return value if isinstance(value, tp) else _MISFIT
 
 
 def recipe_path(path: str | Path) -> Path:
@@ -396,25 +384,6 @@ def override_config(cfg: T, overrides: Sequence[str]) -> T:
     if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
         raise TypeError(f"override_config needs a dataclass instance, got {cfg!r}")
     sources = _Sources("the config being overridden")
-    tree = _export(cfg, "", plain=False)
+    tree = export_tree(cfg, "", plain=False)
     _apply_overrides(tree, overrides, sources)
     return _build(type(cfg), tree, "", sources)
-
-
-def _export(value: Any, key: str, plain: bool) -> Any:
-    """Dataclasses -> dicts; with ``plain``, also Paths -> str and tuples -> lists (YAML-safe)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = [f for f in dataclasses.fields(value) if f.init]  # derived fields are recomputed on load
-        return {f.name: _export(getattr(value, f.name), _join(key, f.name), plain) for f in fields}
-    if isinstance(value, Mapping):
-        return {k: _export(v, _join(key, str(k)), plain) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        items = [_export(v, f"{key}[{i}]", plain) for i, v in enumerate(value)]
-        return tuple(items) if isinstance(value, tuple) and not plain else items
-    if not plain:
-        return value
-    if isinstance(value, PurePath):
-        return str(value)
-    if value is None or isinstance(value, (str, int, float, bool, datetime.date)):
-        return value
-    raise TypeError(f"{key}: a {type(value).__name__} value cannot be written to a YAML config")

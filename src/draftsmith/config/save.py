@@ -11,14 +11,14 @@ import yaml
 
 from draftsmith.runtime.files import write_text
 
-from .loader import _export
+from .tree import export_tree
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
     """The config tree as plain YAML-safe types (Paths -> str, tuples -> lists), in field order."""
     if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
         raise TypeError(f"config_to_dict needs a dataclass instance, got {cfg!r}")
-    out: dict[str, Any] = _export(cfg, "", plain=True)
+    out: dict[str, Any] = export_tree(cfg, "", plain=True)
     return out
 
 

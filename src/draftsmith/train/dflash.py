@@ -30,12 +30,12 @@ from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_pos
 from draftsmith.models.dflash import DFlashConfig, DFlashDraft, default_feature_layers, pick_mask_token
 from draftsmith.models.objectives import ObjectiveConfig
 from draftsmith.models.target import FrozenTarget, LayerId
+from draftsmith.runtime.display import table
 from draftsmith.runtime.errors import run_main
 from draftsmith.train.core.data import DataBundle
 from draftsmith.train.core.entry import train_main
-from draftsmith.train.core.loop import LoopResult
-from draftsmith.train.core.method import TrainingMethod
-from draftsmith.train.core.metrics import recorded
+from draftsmith.train.core.method import LoopResult, TrainingMethod
+from draftsmith.train.core.metrics import recorded, start_to_end
 from draftsmith.train.core.recipe import (
     ObjectiveSection,
     Recipe,
@@ -143,19 +143,14 @@ class DFlashMethod(TrainingMethod):
 
     def report(self, result: LoopResult) -> str:
         start, end = result.initial_eval, result.eval
-        rows = ["| depth | top-1 | accepted prefix | alpha | loss |", "|---|---|---|---|---|"]
+        rows = []
         for k, name in enumerate(self.term_names, start=1):
-            cells = []
-            for key in ("top1", "prefix", "alpha", "loss"):
-                m = f"eval/{name}/{key}"
-                if m not in end:
-                    cells.append("-")  # no held-out evaluation ran (eval.every = 0)
-                else:
-                    cells.append(f"{start[m]:.3f} -> {end[m]:.3f}" if m in start else f"{end[m]:.3f}")
-            rows.append(f"| {k} | " + " | ".join(cells) + " |")
+            keys = ("top1", "prefix", "alpha", "loss")
+            rows.append([k, *(start_to_end(f"eval/{name}/{key}", end, start) for key in keys)])
+        lines = table(["depth", "top-1", "accepted prefix", "alpha", "loss"], rows)
         if "eval/tau_estimate" in end:
-            rows.append(f"\ntau estimate (teacher-forced accepted prefix): {end['eval/tau_estimate']:.3f}")
-        return "\n".join(rows)
+            lines.append(f"\ntau estimate (teacher-forced accepted prefix): {end['eval/tau_estimate']:.3f}")
+        return "\n".join(lines)
 
 
 def _slot_chunk(

@@ -33,12 +33,13 @@ from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, draft_laye
 from draftsmith.models.losses import distill_loss
 from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget, LayerId, TargetHead, stop_token_ids
+from draftsmith.runtime.display import table
 from draftsmith.runtime.errors import run_main
 from draftsmith.runtime.tokens import left_pad
 from draftsmith.train.core.data import DataBundle, collate
 from draftsmith.train.core.entry import train_main
-from draftsmith.train.core.loop import LoopResult
-from draftsmith.train.core.method import TrainingMethod
+from draftsmith.train.core.method import LoopResult, TrainingMethod
+from draftsmith.train.core.metrics import start_to_end
 from draftsmith.train.core.recipe import Recipe, RecipeConfig, RecipeHead, run_dir, seed_field
 
 TAU_ESTIMATE_DEPTH = 5
@@ -289,17 +290,14 @@ def build_method(cfg: DistillRecipe, target: FrozenTarget, data: DataBundle) -> 
 def format_report(metrics: dict[str, float], term: str, start: dict[str, float] | None = None) -> str:
     """Held-out expected acceptance, greedy agreement and loss (start -> end)."""
     start = start or {}
-    rows = ["| metric | value |", "|---|---|"]
-    for label, key in (
+    labels = (
         ("expected acceptance sum min(p, q)", f"eval/{term}/accept"),
         ("greedy agreement (top-1)", f"eval/{term}/top1"),
         (f"{term} loss", f"eval/{term}/loss"),
         ("tau estimate (depth 5, i.i.d.)", "eval/tau_estimate"),
-    ):
-        if key in metrics:
-            begin = f"{start[key]:.3f} -> " if key in start else ""
-            rows.append(f"| {label} | {begin}{metrics[key]:.3f} |")
-    return "\n".join(rows)
+    )
+    rows = [[label, start_to_end(key, metrics, start)] for label, key in labels if key in metrics]
+    return "\n".join(table(["metric", "value"], rows))
 
 
 def offline_target_layers(cfg: DistillRecipe) -> int:

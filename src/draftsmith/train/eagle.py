@@ -34,12 +34,12 @@ from draftsmith.models.objectives import (
 )
 from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget, LayerId
+from draftsmith.runtime.display import table
 from draftsmith.runtime.errors import run_main
 from draftsmith.train.core.data import DataBundle, tokens_view
 from draftsmith.train.core.entry import train_main
-from draftsmith.train.core.loop import LoopResult
-from draftsmith.train.core.method import TrainingMethod
-from draftsmith.train.core.metrics import chain_tau_estimate, recorded
+from draftsmith.train.core.method import LoopResult, TrainingMethod
+from draftsmith.train.core.metrics import chain_tau_estimate, recorded, start_to_end
 from draftsmith.train.core.recipe import (
     ObjectiveSection,
     Recipe,
@@ -282,22 +282,17 @@ def format_step_table(
 ) -> str:
     """Markdown table of held-out teacher-forced top-1 per depth (TTT step), and the tau estimate (start -> end)."""
     start = start or {}
-    rows = ["| depth | predicts | top-1 | loss |", "|---|---|---|---|"]
+    rows = []
     for s, name in enumerate(n for n in term_names if not n.endswith("_reg")):
-        cells = []
-        for key in ("top1", "loss"):
-            k = f"eval/{name}/{key}"
-            if k not in metrics:
-                cells.append("-")  # no held-out evaluation ran (eval.every = 0)
-            else:
-                cells.append(f"{start[k]:.3f} -> {metrics[k]:.3f}" if k in start else f"{metrics[k]:.3f}")
-        rows.append(f"| {s + 1} | x(t+{s + 2}) | " + " | ".join(cells) + " |")
+        cells = [start_to_end(f"eval/{name}/{key}", metrics, start) for key in ("top1", "loss")]
+        rows.append([s + 1, f"x(t+{s + 2})", *cells])
+    lines = table(["depth", "predicts", "top-1", "loss"], rows)
     if "eval/tau_estimate" in metrics:
-        begin = f"{start['eval/tau_estimate']:.3f} -> " if "eval/tau_estimate" in start else ""
-        rows.append(
-            f"\ntau estimate (1 + sum of products of step accuracies): {begin}{metrics['eval/tau_estimate']:.3f}"
+        lines.append(
+            f"\ntau estimate (1 + sum of products of step accuracies): "
+            f"{start_to_end('eval/tau_estimate', metrics, start)}"
         )
-    return "\n".join(rows)
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -47,11 +47,12 @@ from draftsmith.models.objectives import (
 )
 from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget, LayerId
+from draftsmith.runtime.display import table
 from draftsmith.runtime.errors import run_main
 from draftsmith.train.core.data import DataBundle
 from draftsmith.train.core.entry import train_main
-from draftsmith.train.core.loop import LoopResult
-from draftsmith.train.core.method import TrainingMethod
+from draftsmith.train.core.method import LoopResult, TrainingMethod
+from draftsmith.train.core.metrics import start_to_end
 from draftsmith.train.core.recipe import Recipe, RecipeConfig, RecipeHead, run_dir
 
 
@@ -310,22 +311,18 @@ def format_accuracy_table(
 ) -> str:
     """Markdown table of held-out teacher-forced accuracy per head (with the values at step 0 if known)."""
     start = start or {}
-    rows = ["| head | predicts | top-1 | top-5 | loss |", "|---|---|---|---|---|"]
+    rows = []
     for k in range(1, num_heads + 1):
-        p = f"eval/depth{k}"
-        if f"{p}/top1" not in metrics:
-            continue
-        cells = []
-        for name, fmt in (("top1", ".3f"), ("top5", ".3f"), ("loss", ".3f")):
-            end = format(metrics[f"{p}/{name}"], fmt)
-            cells.append(f"{format(start[f'{p}/{name}'], fmt)} -> {end}" if f"{p}/{name}" in start else end)
-        rows.append(f"| {k} | t+{k + 1} | " + " | ".join(cells) + " |")
+        if f"eval/depth{k}/top1" in metrics:
+            cells = [start_to_end(f"eval/depth{k}/{key}", metrics, start) for key in ("top1", "top5", "loss")]
+            rows.append([k, f"t+{k + 1}", *cells])
+    lines = table(["head", "predicts", "top-1", "top-5", "loss"], rows)
     if "eval/base/loss" in metrics:  # Medusa-2: how far the adapter moved the served distribution
-        rows.append(
+        lines.append(
             f"\nMedusa-2 backbone: KL(original || adapted) {metrics['eval/base/loss']:.4f} nats/token, "
             f"greedy choice unchanged at {metrics['eval/base/top1']:.3f} of answer positions"
         )
-    return "\n".join(rows)
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

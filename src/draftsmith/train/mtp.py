@@ -39,12 +39,12 @@ from draftsmith.models.objectives import (
     per_column,
 )
 from draftsmith.models.target import FrozenTarget, LayerId
+from draftsmith.runtime.display import table
 from draftsmith.runtime.errors import run_main
 from draftsmith.train.core.data import DataBundle
 from draftsmith.train.core.entry import train_main
-from draftsmith.train.core.loop import LoopResult
-from draftsmith.train.core.method import TrainingMethod
-from draftsmith.train.core.metrics import chain_tau_estimate, recorded
+from draftsmith.train.core.method import LoopResult, TrainingMethod
+from draftsmith.train.core.metrics import chain_tau_estimate, recorded, start_to_end
 from draftsmith.train.core.recipe import ObjectiveSection, Recipe, RecipeConfig, run_dir
 
 
@@ -190,19 +190,15 @@ def build_method(cfg: MTPRecipe, target: FrozenTarget, data: DataBundle) -> MTPM
 def format_depth_table(metrics: dict[str, float], depths: int, start: dict[str, float] | None = None) -> str:
     """Markdown table of held-out per-depth accuracy (start -> end)."""
     start = start or {}
-    rows = ["| module | predicts | top-1 (data) | agrees with target | loss |", "|---|---|---|---|---|"]
+    rows = []
     for k in range(1, depths + 1):
-        cells = []
-        for key in ("top1", "agree", "loss"):
-            name = f"eval/depth{k}/{key}"
-            if name in metrics:
-                cells.append(
-                    f"{start[name]:.3f} -> {metrics[name]:.3f}" if name in start else f"{metrics[name]:.3f}"
-                )
-        rows.append(f"| {k} | t+{k + 1} | " + " | ".join(cells) + " |")
+        keys = [f"eval/depth{k}/{key}" for key in ("top1", "agree", "loss")]
+        cells = [start_to_end(key, metrics, start) for key in keys if key in metrics]
+        rows.append([k, f"t+{k + 1}", *(cells or [""])])  # without held-out metrics: one empty cell
+    lines = table(["module", "predicts", "top-1 (data)", "agrees with target", "loss"], rows)
     if "eval/tau_estimate" in metrics:
-        rows.append(f"\ntau estimate (chain of {depths}): {metrics['eval/tau_estimate']:.3f}")
-    return "\n".join(rows)
+        lines.append(f"\ntau estimate (chain of {depths}): {metrics['eval/tau_estimate']:.3f}")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

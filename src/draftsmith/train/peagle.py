@@ -43,8 +43,7 @@ from draftsmith.models.target import FrozenTarget, LayerId
 from draftsmith.runtime.errors import run_main
 from draftsmith.train.core.data import DataBundle
 from draftsmith.train.core.entry import train_main
-from draftsmith.train.core.loop import LoopResult
-from draftsmith.train.core.method import TrainingMethod
+from draftsmith.train.core.method import LoopResult, TrainingMethod
 from draftsmith.train.core.metrics import chain_tau_estimate, recorded
 from draftsmith.train.core.recipe import (
     ObjectiveSection,

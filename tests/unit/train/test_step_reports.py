@@ -3,7 +3,8 @@
 from types import SimpleNamespace
 from typing import Any
 
-from draftsmith.train.core.loop import LoopResult
+from draftsmith.train.core.method import LoopResult
+from draftsmith.train.core.metrics import start_to_end
 from draftsmith.train.dflash import DFlashMethod
 from draftsmith.train.eagle import format_step_table
 
@@ -39,3 +40,10 @@ def test_dflash_table_reports_start_and_end() -> None:
     table = DFlashMethod.report(method, LoopResult(step=3, last_train={}, eval=end, initial_eval=start))
     assert "| 1 | 0.100 -> 0.500 | 0.400 | 0.600 | 2.000 |" in table
     assert table.endswith("1.400")
+
+
+def test_a_report_cell_shows_start_and_end_or_a_dash() -> None:
+    end, start = {"eval/depth1/top1": 0.5, "eval/depth2/top1": 0.25}, {"eval/depth1/top1": 0.1}
+    assert start_to_end("eval/depth1/top1", end, start) == "0.100 -> 0.500"
+    assert start_to_end("eval/depth2/top1", end, start) == "0.250"
+    assert start_to_end("eval/depth3/top1", end, start) == "-"

@@ -26,7 +26,7 @@ import torch
 from accelerate import Accelerator
 
 from draftsmith.runtime.errors import DiskFull, UserError, disk_fault, format_bytes, require_space
-from draftsmith.runtime.files import commit_dir
+from draftsmith.runtime.files import commit_dir, write_json, write_text
 
 from .train_state import (
     FORMAT,
@@ -110,60 +110,87 @@ def save_checkpoint(
         UserError: the filesystem turned read-only or unwritable while writing.
     """
     final = output_dir / f"checkpoint-{step}"
-    tmp = output_dir / f"checkpoint-{step}.tmp"
+    tmp = _partial_dir(output_dir, step)
     needed = estimate_checkpoint_bytes(output_dir, accelerator.unwrap_model(model))
-
-    def prepare() -> None:
-        if accelerator.is_main_process:
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            require_space(
-                output_dir,
-                needed,
-                f"checkpoint-{step}",
-                f"nothing was written and {_intact(output_dir)}: free some space and continue with --resume",
-            )
-
-    def write_state() -> None:
-        if sharded:
-            accelerator.save_state(str(tmp))
-        else:
-            save_training_state(
-                tmp,
-                accelerator.unwrap_model(model),
-                optimizer,
-                scheduler,
-                accelerator.process_index,
-                accelerator.is_main_process,
-            )
-
-    def write_records() -> None:
-        if accelerator.is_main_process:
-            (tmp / STATE_NAME).write_text(json.dumps(trainer_state, indent=2) + "\n")
-            (tmp / "config.yaml").write_text(config_yaml)
-            write_manifest(tmp, PICKLED if sharded else FORMAT)
-
-    all_ranks(accelerator, prepare)
+    all_ranks(accelerator, lambda: _make_room(accelerator, output_dir, step, needed))
     try:
-        all_ranks(accelerator, write_state)
-        all_ranks(accelerator, write_records)
+        all_ranks(accelerator, lambda: _write_state(accelerator, tmp, model, optimizer, scheduler, sharded))
+        all_ranks(accelerator, lambda: _write_records(accelerator, tmp, trainer_state, config_yaml, sharded))
     except Exception as err:
-        message = disk_fault(err)
-        if accelerator.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)  # frees what the partial write took
-        if message is None:
+        disk_full = _discard_partial(accelerator, err, output_dir, step, needed)
+        if disk_full is None:
             raise
-        size = f" (a checkpoint needs ~{format_bytes(needed)})" if message.startswith("no space") else ""
-        raise DiskFull(
-            f"writing checkpoint-{step} failed: {message}{size}; the partial checkpoint was removed and {_intact(output_dir)}: "
-            "fix the disk and continue with --resume"
-        ) from err
+        raise disk_full from err
     if accelerator.is_main_process:
         commit_dir(tmp, final)
         for old in list_checkpoints(output_dir)[:-keep_last] if keep_last > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
+
+
+def _partial_dir(output_dir: Path, step: int) -> Path:
+    """Where checkpoint-<step> is written before the rename that completes it."""
+    return output_dir / f"checkpoint-{step}.tmp"
+
+
+def _make_room(accelerator: Accelerator, output_dir: Path, step: int, needed: int) -> None:
+    """Clear a partial checkpoint-<step>.tmp left by a killed run and check the disk can hold `needed` bytes
+    (main process)."""
+    if accelerator.is_main_process:
+        tmp = _partial_dir(output_dir, step)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        require_space(
+            output_dir,
+            needed,
+            f"checkpoint-{step}",
+            f"nothing was written and {_intact(output_dir)}: free some space and continue with --resume",
+        )
+
+
+def _write_state(
+    accelerator: Accelerator, tmp: Path, model: Any, optimizer: Any, scheduler: Any, sharded: bool
+) -> None:
+    """This rank's part of the training state: accelerate's pickles when sharded, else train_state's files."""
+    if sharded:
+        accelerator.save_state(str(tmp))
+    else:
+        save_training_state(
+            tmp,
+            accelerator.unwrap_model(model),
+            optimizer,
+            scheduler,
+            accelerator.process_index,
+            accelerator.is_main_process,
+        )
+
+
+def _write_records(
+    accelerator: Accelerator, tmp: Path, trainer_state: dict[str, Any], config_yaml: str, sharded: bool
+) -> None:
+    """The step and data position, the resolved config and, last, the manifest of every file (main process)."""
+    if accelerator.is_main_process:
+        write_json(tmp / STATE_NAME, trainer_state)
+        write_text(tmp / "config.yaml", config_yaml)
+        write_manifest(tmp, PICKLED if sharded else FORMAT)
+
+
+def _discard_partial(
+    accelerator: Accelerator, err: Exception, output_dir: Path, step: int, needed: int
+) -> DiskFull | None:
+    """Remove what the failed write `err` left in checkpoint-<step>.tmp; returns the one-line error when the
+    disk was at fault (None: a bug, whose own error is re-raised)."""
+    message = disk_fault(err)
+    if accelerator.is_main_process:
+        shutil.rmtree(_partial_dir(output_dir, step), ignore_errors=True)  # frees what the partial write took
+    if message is None:
+        return None
+    size = f" (a checkpoint needs ~{format_bytes(needed)})" if message.startswith("no space") else ""
+    return DiskFull(
+        f"writing checkpoint-{step} failed: {message}{size}; the partial checkpoint was removed and "
+        f"{_intact(output_dir)}: fix the disk and continue with --resume"
+    )
 
 
 def resolve_resume(

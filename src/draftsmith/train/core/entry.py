@@ -23,10 +23,10 @@ from draftsmith.runtime.run_lock import main_process_lock
 from draftsmith.train.cache.store import FeatureCache
 
 from .checkpointing import trainable_bytes
-from .data import build_datasets, load_cached_datasets
+from .data import DataBundle, build_datasets, load_cached_datasets
 from .distributed import make_accelerator, shard_frozen_target, shard_kind
-from .loop import LoopResult, run_training
-from .method import TrainingMethod
+from .loop import run_training
+from .method import LoopResult, TrainingMethod
 from .recipe import ConfigT, Recipe
 
 
@@ -95,37 +95,12 @@ def _train(
     output_dir: Path,
 ) -> int:
     """`train_main` past parsing, with the run directory locked."""
-    progress = accelerator.is_local_main_process
-    if cfg.data.cache:
-        # Offline: the cache holds the samples and the target's features; only the target's embedding,
-        # final norm and LM head are loaded (the logits are recomputed from the cached `final` state).
-        cache = FeatureCache.open(cfg.data.cache, verify=cfg.data.cache_verify, progress=progress)
-        target = FrozenTarget.load(cfg.target, accelerator.device, layers=recipe.offline_target_layers(cfg))
-        check_target_identity(cache.index["target"], target.identity(), f"the cache {cache.directory}")
-        cache.require_layers(recipe.cache_layers(cfg, target), recipe.prog)
-        data = load_cached_datasets(cache, target.lm_head.weight.dtype)
-    else:
-        target = FrozenTarget.load(cfg.target, accelerator.device)
-        data = build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=progress)
+    target, data = _load_target_and_data(cfg, recipe, accelerator)
     method = recipe.build_method(cfg, target, data)  # before sharding: drafters may copy target weights
     method.loss_chunk = cfg.train.loss_chunk_tokens
     check_served(method, target, cfg.train.allow_unserved)
     method.model.to(accelerator.device)
-    kind = shard_kind(accelerator)
-    if kind is not None:
-        target_params = {id(p) for p in target.model.parameters()}
-        if any(id(p) in target_params for p in method.model.parameters()):
-            raise ValueError(
-                f"this drafter trains parameters inside the target (Medusa-2's adapter), which {kind} would shard "
-                "twice; train it under DDP or DeepSpeed ZeRO-1/2 (recipes/accelerate/ddp.yaml or zero2.yaml)"
-            )
-        if method.generates:
-            raise ValueError(
-                f"on-policy distillation generates with the draft on each rank independently, which a {kind}-sharded "
-                "draft cannot do (its forwards are collectives); set distill.on_policy=0 or launch with ddp.yaml / zero2.yaml"
-            )
-        if target.has_layers:
-            shard_frozen_target(target.model, kind, accelerator.device.type)
+    _shard_target(method, target, accelerator)
     pad_id = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
     result = run_training(
         method,
@@ -144,19 +119,63 @@ def _train(
         trust_pickle=trust_pickle,
     )
     if accelerator.is_main_process:
-        summary = {
-            "steps": result.step,
-            "heldout": result.eval,
-            "heldout_at_start": result.initial_eval,
-            "train": result.last_train,
-            "recipe": yaml.safe_load(config_yaml(cfg)),  # the resolved recipe (the Hub card shows it)
-        }
-        final = _save_final(output_dir, method, target, {"training": summary}, result)
+        final = _save_final(output_dir, method, target, {"training": _summary(cfg, result)}, result)
         print(method.report(result))
         print(f"drafter checkpoint: {final}")
     accelerator.wait_for_everyone()
     accelerator.end_training()  # after final/ is written: never inside the loop
     return 0
+
+
+def _load_target_and_data(
+    cfg: ConfigT, recipe: Recipe[ConfigT], accelerator: Accelerator
+) -> tuple[FrozenTarget, DataBundle]:
+    """The frozen target and the train / held-out data: tokenized conversations, or an offline feature cache
+    checked against the target."""
+    progress = accelerator.is_local_main_process
+    if not cfg.data.cache:
+        target = FrozenTarget.load(cfg.target, accelerator.device)
+        return target, build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=progress)
+    # Offline: the cache holds the samples and the target's features; only the target's embedding,
+    # final norm and LM head are loaded (the logits are recomputed from the cached `final` state).
+    cache = FeatureCache.open(cfg.data.cache, verify=cfg.data.cache_verify, progress=progress)
+    target = FrozenTarget.load(cfg.target, accelerator.device, layers=recipe.offline_target_layers(cfg))
+    check_target_identity(cache.index["target"], target.identity(), f"the cache {cache.directory}")
+    cache.require_layers(recipe.cache_layers(cfg, target), recipe.prog)
+    return target, load_cached_datasets(cache, target.lm_head.weight.dtype)
+
+
+def _shard_target(method: TrainingMethod, target: FrozenTarget, accelerator: Accelerator) -> None:
+    """Under FSDP / ZeRO-3, shard the frozen target as the drafter is sharded; refuse the drafters that such
+    sharding cannot train."""
+    kind = shard_kind(accelerator)
+    if kind is None:
+        return
+    target_params = {id(p) for p in target.model.parameters()}
+    if any(id(p) in target_params for p in method.model.parameters()):
+        raise ValueError(
+            f"this drafter trains parameters inside the target (Medusa-2's adapter), which {kind} would shard "
+            "twice; train it under DDP or DeepSpeed ZeRO-1/2 (recipes/accelerate/ddp.yaml or zero2.yaml)"
+        )
+    if method.generates:
+        raise ValueError(
+            f"on-policy distillation generates with the draft on each rank independently, which a {kind}-sharded "
+            "draft cannot do (its forwards are collectives); set distill.on_policy=0 or launch with ddp.yaml / zero2.yaml"
+        )
+    if target.has_layers:
+        shard_frozen_target(target.model, kind, accelerator.device.type)
+
+
+def _summary(cfg: ConfigT, result: LoopResult) -> dict[str, Any]:
+    """What final/ records of the training: steps, held-out metrics at the start and end, the last train
+    metrics and the resolved recipe."""
+    return {
+        "steps": result.step,
+        "heldout": result.eval,
+        "heldout_at_start": result.initial_eval,
+        "train": result.last_train,
+        "recipe": yaml.safe_load(config_yaml(cfg)),  # the resolved recipe (the Hub card shows it)
+    }
 
 
 def _save_final(

@@ -8,8 +8,6 @@ same update for any split into ranks x micro-batches x accumulation (DESIGN.md s
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,45 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator, DistributedType
-from accelerate.logging import get_logger
+from accelerate import Accelerator
 from torch import nn
 from tqdm.auto import tqdm
 
-from draftsmith.runtime.errors import require_space
+from draftsmith.runtime.files import write_text
 
-from .checkpointing import (
-    all_ranks,
-    checkpoint_format,
-    estimate_checkpoint_bytes,
-    read_trainer_state,
-    resolve_resume,
-    save_checkpoint,
-    trainable_bytes,
-)
-from .data import collate, sample_lengths
-from .distributed import configure_deepspeed, shard_kind
+from .checkpointing import save_checkpoint
+from .data import collate
+from .distributed import shard_kind
 from .finite import check_finite
-from .method import TrainingMethod
-from .metrics import MetricsLog, MetricWindow, read_metrics
-from .sampler import StepSchedule
-from .schedule import cosine_with_warmup, from_step
+from .method import LoopResult, TrainingMethod
+from .metrics import MetricsLog, MetricWindow
 from .settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
-from .train_state import FORMAT as STATE_FORMAT
-from .train_state import load_training_state
-
-logger = get_logger(__name__)
-
-
-@dataclass
-class LoopResult:
-    step: int
-    last_train: dict[str, float]
-    eval: dict[str, float]
-    initial_eval: dict[str, float]  # held-out metrics before the first step (empty when resumed)
-    # The drafter's full weights gathered from FSDP / ZeRO-3 (main process), whose unwrapped module holds
-    # only this rank's shards; None when the unwrapped module holds them (single, DDP, ZeRO-1/2).
-    state_dict: dict[str, torch.Tensor] | None = None
+from .startup import Run, build_run, prepare_directory, resume_run
 
 
 def _batches(dataset: Any, indices: list[list[int]], pad_id: int, device: torch.device) -> Iterator[dict]:
@@ -100,23 +73,6 @@ def with_derived(method: TrainingMethod, record: dict[str, float], prefix: str) 
     return {**record, **method.derived_metrics(record, prefix)} if record else record
 
 
-@dataclass
-class _Run:
-    """What the steps of one run share."""
-
-    accelerator: Accelerator
-    method: TrainingMethod
-    model: Any  # method.model as accelerate prepared it
-    optimizer: Any
-    scheduler: Any
-    schedule: StepSchedule
-    total_steps: int
-    sharded: bool  # FSDP / DeepSpeed: accelerate writes and reads the state (pickles)
-    train: TrainConfig
-    output_dir: Path
-    term_weights: torch.Tensor  # method.term_weights on the device, moved once
-
-
 def run_training(
     method: TrainingMethod,
     *,
@@ -139,87 +95,27 @@ def run_training(
     `config_yaml` (the resolved recipe config) is saved in the run directory and every checkpoint.
     `trust_pickle`: resume from a checkpoint holding pickle files (see checkpointing.resolve_resume).
     """
-    resume_from = _prepare_directory(accelerator, method, output_dir, resume, trust_pickle)
-    run, trainable = _build(method, accelerator, train, log, config_yaml, output_dir, train_dataset, seed)
-    step = _resume(run, resume_from, len(train_dataset)) if resume_from is not None else 0
+    resume_from = prepare_directory(accelerator, method, output_dir, resume, trust_pickle)
+    run = build_run(method, accelerator, train, log, config_yaml, output_dir, train_dataset, seed)
+    step = resume_run(run, resume_from, len(train_dataset)) if resume_from is not None else 0
     if accelerator.is_main_process:
-        (output_dir / "config.yaml").write_text(config_yaml)
-
-    def trainer_state() -> dict[str, Any]:
-        return {
-            "step": step,
-            "epoch": run.schedule.epoch_of(step),
-            "total_steps": run.total_steps,
-            "samples_per_step": run.schedule.samples_per_step,
-            "num_train_samples": len(train_dataset),
-            "seed": seed,
-            "num_processes": accelerator.num_processes,
-            "trainable_parameters": trainable,
-        }
-
-    def save() -> None:
-        save_checkpoint(
-            accelerator,
-            output_dir,
-            step,
-            trainer_state(),
-            config_yaml,
-            checkpoint.keep_last,
-            run.model,
-            run.optimizer,
-            run.scheduler,
-            run.sharded,
-        )
-
-    def held_out() -> dict[str, float]:
-        return evaluate(method, run.model, eval_dataset, pad_id, accelerator, eval_cfg.micro_batch_size)
-
-    metrics_log = MetricsLog(accelerator, output_dir)
-    initial_eval: dict[str, float] = {}
-    if step == 0:  # the starting point, so every run shows how far training moved the held-out metrics
-        initial_eval = held_out()
-        if initial_eval:
-            metrics_log.write(0, initial_eval)
-    window = MetricWindow(method.term_names, method.term_weights)
-    last_train: dict[str, float] = {}
-    last_saved = step
-    run.model.train()
-    bar = tqdm(
-        total=run.total_steps, initial=step, desc="train", disable=not accelerator.is_local_main_process
+        write_text(output_dir / "config.yaml", config_yaml)
+    loop = _Loop(
+        run=run,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        pad_id=pad_id,
+        seed=seed,
+        config_yaml=config_yaml,
+        log=log,
+        checkpoint=checkpoint,
+        eval_cfg=eval_cfg,
+        metrics_log=MetricsLog(accelerator, output_dir),
     )
-    t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
-    while step < run.total_steps:
-        batches = list(
-            _batches(
-                train_dataset,
-                run.schedule.micro_batches(step, accelerator.process_index),
-                pad_id,
-                accelerator.device,
-            )
-        )
-        tokens_window += _optimizer_step(run, step, batches, window)
-        step += 1
-        bar.update(1)
-        if step % log.every == 0 or step == run.total_steps:
-            elapsed = time.perf_counter() - t_window
-            last_train = _train_record(
-                run, window, step, float(accelerator.reduce(tokens_window, "sum")), elapsed
-            )
-            metrics_log.write(step, last_train)
-            bar.set_postfix(loss=f"{last_train['train/loss']:.4f}")
-            window.reset()
-            t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
-        if eval_cfg.every and step % eval_cfg.every == 0 and step < run.total_steps:
-            metrics_log.write(step, held_out())
-        if checkpoint.every and step % checkpoint.every == 0:
-            save()
-            last_saved = step
-    bar.close()
-    if last_saved != step:
-        save()
-    eval_metrics = held_out()
-    if eval_metrics:
-        metrics_log.write(step, eval_metrics)
+    # The starting point, so every run shows how far training moved the held-out metrics.
+    initial_eval = loop.evaluate_and_log(step) if step == 0 else {}
+    step, last_train = _train_steps(loop, step)
+    eval_metrics = loop.evaluate_and_log(step)
     # The caller ends the run (`accelerator.end_training()`) after saving: ending it here would tear down
     # the process group, after which every rank believes it is the main process.
     # FSDP / ZeRO-3 leave each rank a shard of the drafter: gather it (a collective: every rank calls it).
@@ -230,130 +126,110 @@ def run_training(
     )
 
 
-def _prepare_directory(
-    accelerator: Accelerator, method: TrainingMethod, output_dir: Path, resume: str | None, trust_pickle: bool
-) -> Path | None:
-    """The checkpoint to resume from (None: a fresh run), after checking the disk can hold the run's output."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    resume_from, notice = resolve_resume(output_dir, resume, trust_pickle)
-    if notice and accelerator.is_main_process:
-        print(notice)
+@dataclass
+class _Loop:
+    """One run's loop: the run as built, its data and the schedules of logging, evaluation and checkpoints."""
 
-    def preflight() -> None:  # hours of training must not end on a disk that cannot hold their result
-        if accelerator.is_main_process:
-            needed = estimate_checkpoint_bytes(output_dir, method.model) + trainable_bytes(method.model)
-            require_space(output_dir, needed, "a checkpoint and final/")
+    run: Run
+    train_dataset: Any
+    eval_dataset: Any
+    pad_id: int
+    seed: int
+    config_yaml: str
+    log: LogConfig
+    checkpoint: CheckpointConfig
+    eval_cfg: EvalConfig
+    metrics_log: MetricsLog
 
-    all_ranks(accelerator, preflight)
-    return resume_from
-
-
-def _build(
-    method: TrainingMethod,
-    accelerator: Accelerator,
-    train: TrainConfig,
-    log: LogConfig,
-    config_yaml: str,
-    output_dir: Path,
-    train_dataset: Any,
-    seed: int,
-) -> tuple[_Run, int]:
-    """The step schedule, the optimizer and LR schedule over the method's parameter groups, the model prepared
-    by accelerate, and the trackers; returns the run and its number of trainable parameters."""
-    schedule = StepSchedule(
-        len(train_dataset),
-        train.micro_batch_size,
-        train.grad_accum,
-        accelerator.num_processes,
-        seed,
-        train.shuffle,
-        sample_lengths(train_dataset) if train.group_by_length else None,
-    )
-    total_steps = train.max_steps or max(1, math.ceil(train.epochs * schedule.steps_per_epoch))
-    # A method may split its parameters into groups with their own `lr_scale` and `start_step` (the group
-    # stays at lr 0 before it), e.g. Medusa-2's heads-only warm-up and larger head learning rate.
-    param_groups: list[dict[str, Any]] = []
-    starts: list[int] = []
-    for g in method.param_groups():
-        params = [p for p in g["params"] if p.requires_grad]
-        param_groups.append({"params": params, "lr": train.lr * g.get("lr_scale", 1.0)})
-        starts.append(int(g.get("start_step", 0)))
-    optimizer = torch.optim.AdamW(
-        param_groups, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
-    )
-    schedule_fn = cosine_with_warmup(total_steps, round(train.warmup_ratio * total_steps), train.min_lr_ratio)
-    # The scheduler is stepped here, not by accelerate: AcceleratedScheduler steps once per process, which
-    # would make the schedule depend on the number of processes.
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, [from_step(start, schedule_fn) for start in starts]
-    )
-    configure_deepspeed(accelerator, train.micro_batch_size, train.grad_accum, train.max_grad_norm)
-    model, optimizer = accelerator.prepare(method.model, optimizer)
-    sharded = shard_kind(accelerator) is not None or accelerator.distributed_type == DistributedType.DEEPSPEED
-    if sharded:  # accelerate writes FSDP / DeepSpeed states (pickles), the scheduler with them
-        accelerator.register_for_checkpointing(scheduler)
-    if log.wandb:
-        accelerator.init_trackers(
-            log.wandb_project,
-            config={"config_yaml": config_yaml},
-            init_kwargs={"wandb": {"mode": log.wandb_mode, "dir": str(output_dir), "name": log.run_name}},
+    def held_out(self) -> dict[str, float]:
+        """The held-out metrics now (empty without held-out data)."""
+        run = self.run
+        return evaluate(
+            run.method,
+            run.model,
+            self.eval_dataset,
+            self.pad_id,
+            run.accelerator,
+            self.eval_cfg.micro_batch_size,
         )
-    trainable = sum(p.numel() for g in param_groups for p in g["params"])  # all the optimizer updates
-    run = _Run(
-        accelerator,
-        method,
-        model,
-        optimizer,
-        scheduler,
-        schedule,
-        total_steps,
-        sharded,
-        train,
-        output_dir,
-        method.term_weights.to(accelerator.device),
-    )
-    return run, trainable
 
+    def evaluate_and_log(self, step: int) -> dict[str, float]:
+        """The held-out metrics at `step`, logged when there are any."""
+        metrics = self.held_out()
+        if metrics:
+            self.metrics_log.write(step, metrics)
+        return metrics
 
-def _resume(run: _Run, resume_from: Path, num_samples: int) -> int:
-    """Load the state saved in `resume_from` into the run; returns its step."""
-    state = read_trainer_state(resume_from)
-    if (
-        state["samples_per_step"] != run.schedule.samples_per_step
-        or state["num_train_samples"] != num_samples
-    ):
-        raise ValueError(
-            f"cannot resume from {resume_from}: it was trained with {state['samples_per_step']} samples per "
-            f"step over {state['num_train_samples']} samples, this run has {run.schedule.samples_per_step} over "
-            f"{num_samples}; keep micro_batch_size x grad_accum x processes and the data the same"
-        )
-    accelerator = run.accelerator
-    if checkpoint_format(resume_from) == STATE_FORMAT:
-        if run.sharded:
-            raise ValueError(
-                f"{resume_from} was written by a single-process or DDP run; resume it the same way (FSDP / "
-                "DeepSpeed keep their own checkpoint format)"
-            )
-        note = load_training_state(
-            resume_from,
-            accelerator.unwrap_model(run.model),
+    def save(self, step: int) -> None:
+        """Write checkpoint-<step> (every rank)."""
+        run = self.run
+        save_checkpoint(
+            run.accelerator,
+            run.output_dir,
+            step,
+            self.trainer_state(step),
+            self.config_yaml,
+            self.checkpoint.keep_last,
+            run.model,
             run.optimizer,
             run.scheduler,
-            accelerator.process_index,
+            run.sharded,
         )
-        if note:
-            print(note)
-    else:  # accelerate's pickles: allowed by --trust-pickle (resolve_resume checked)
-        accelerator.load_state(str(resume_from))
-    step = int(state["step"])
-    _truncate_metrics(run.output_dir / "metrics.jsonl", step, accelerator, finished=step >= run.total_steps)
-    logger.info(f"resumed from {resume_from} at step {step}", main_process_only=True)
-    return step
+
+    def trainer_state(self, step: int) -> dict[str, Any]:
+        """A checkpoint's trainer_state.json: where the run is and what resuming it must match."""
+        run = self.run
+        return {
+            "step": step,
+            "epoch": run.schedule.epoch_of(step),
+            "total_steps": run.total_steps,
+            "samples_per_step": run.schedule.samples_per_step,
+            "num_train_samples": len(self.train_dataset),
+            "seed": self.seed,
+            "num_processes": run.accelerator.num_processes,
+            "trainable_parameters": run.trainable,
+        }
 
 
-def _optimizer_step(
-    run: _Run, step: int, batches: list[dict[str, torch.Tensor]], window: MetricWindow
-) -> Any:
+def _train_steps(loop: _Loop, step: int) -> tuple[int, dict[str, float]]:
+    """The optimizer steps from `step` to the last, with logging, held-out evaluation and checkpoints on their
+    schedules and a checkpoint of the last step; returns the last step and the last logged train metrics."""
+    run, accelerator = loop.run, loop.run.accelerator
+    window = MetricWindow(run.method.term_names, run.method.term_weights)
+    last_train: dict[str, float] = {}
+    last_saved = step
+    run.model.train()
+    bar = tqdm(
+        total=run.total_steps, initial=step, desc="train", disable=not accelerator.is_local_main_process
+    )
+    t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
+    while step < run.total_steps:
+        micro_batches = run.schedule.micro_batches(step, accelerator.process_index)
+        batches = list(_batches(loop.train_dataset, micro_batches, loop.pad_id, accelerator.device))
+        tokens_window += _optimizer_step(run, step, batches, window)
+        step += 1
+        bar.update(1)
+        if step % loop.log.every == 0 or step == run.total_steps:
+            elapsed = time.perf_counter() - t_window
+            last_train = _train_record(
+                run, window, step, float(accelerator.reduce(tokens_window, "sum")), elapsed
+            )
+            loop.metrics_log.write(step, last_train)
+            bar.set_postfix(loss=f"{last_train['train/loss']:.4f}")
+            window.reset()
+            t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
+        if loop.eval_cfg.every and step % loop.eval_cfg.every == 0 and step < run.total_steps:
+            loop.metrics_log.write(step, loop.held_out())
+        if loop.checkpoint.every and step % loop.checkpoint.every == 0:
+            loop.save(step)
+            last_saved = step
+    bar.close()
+    if last_saved != step:
+        loop.save(step)
+    return step, last_train
+
+
+def _optimizer_step(run: Run, step: int, batches: list[dict[str, torch.Tensor]], window: MetricWindow) -> Any:
     """One optimizer step over the accumulation window `batches` (this rank's micro-batches); returns the
     tokens it read. Refuses the step before applying it if any loss term or the gradient norm is not finite."""
     accelerator, method, model, train = run.accelerator, run.method, run.model, run.train
@@ -392,7 +268,7 @@ def _optimizer_step(
 
 
 def _train_record(
-    run: _Run, window: MetricWindow, step: int, tokens: float, elapsed: float
+    run: Run, window: MetricWindow, step: int, tokens: float, elapsed: float
 ) -> dict[str, float]:
     """The reduced train metrics of the window, with throughput."""
     record = with_derived(run.method, window.reduce(run.accelerator, "train"), "train")
@@ -400,17 +276,3 @@ def _train_record(
     record["perf/step_s"] = elapsed / max(window.steps, 1)  # wall time per optimizer step
     record["train/epoch"] = step / run.schedule.steps_per_epoch
     return record
-
-
-def _truncate_metrics(path: Path, step: int, accelerator: Accelerator, finished: bool) -> None:
-    """Drop records logged after the resumed checkpoint, so metrics.jsonl reads as one uninterrupted run
-    (`finished`: the checkpoint is the last step's, whose held-out evaluation runs again after it)."""
-
-    def before(r: dict[str, Any]) -> bool:
-        return r["step"] < step or (
-            r["step"] == step and not (finished and any(k.startswith("eval/") for k in r))
-        )
-
-    if accelerator.is_main_process and path.is_file():
-        kept = [r for r in read_metrics(path) if before(r)]
-        path.write_text("".join(json.dumps(r) + "\n" for r in kept))

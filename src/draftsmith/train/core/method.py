@@ -1,4 +1,5 @@
-"""The contract between a recipe and the loop: a `TrainingMethod` (DESIGN.md section 4).
+"""The contract between a recipe and the loop: a `TrainingMethod`, and the `LoopResult` it gets back
+(DESIGN.md section 4).
 
 A recipe subclasses it with the trainable module, one name and weight per loss term (per-depth terms are
 `depth{k}`: the term of the token drafted k steps ahead), the tokens each term counts in a batch (known before
@@ -8,6 +9,7 @@ that changes nothing, so the loop calls them unconditionally and a reader sees t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,18 @@ from draftsmith.models.chunking import LOSS_CHUNK_TOKENS
 if TYPE_CHECKING:
     from draftsmith.models.target import FrozenTarget
 
-    from .loop import LoopResult
+
+@dataclass
+class LoopResult:
+    """What the loop gives back: entry.py writes final/ with it and prints the method's `report` of it."""
+
+    step: int
+    last_train: dict[str, float]
+    eval: dict[str, float]
+    initial_eval: dict[str, float]  # held-out metrics before the first step (empty when resumed)
+    # The drafter's full weights gathered from FSDP / ZeRO-3 (main process), whose unwrapped module holds
+    # only this rank's shards; None when the unwrapped module holds them (single, DDP, ZeRO-1/2).
+    state_dict: dict[str, torch.Tensor] | None = None
 
 
 class TrainingMethod:

@@ -14,12 +14,23 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 
+from draftsmith.runtime.display import fmt_value
+
 
 def recorded(record: dict[str, float], keys: list[str]) -> list[float] | None:
     """The values of `keys` in a metrics record, or None when one is missing (a record without them)."""
     if any(key not in record for key in keys):
         return None
     return [record[key] for key in keys]
+
+
+def start_to_end(key: str, end: dict[str, float], start: dict[str, float]) -> str:
+    """A report cell: `end[key]` to 3 places, after `start[key]` and an arrow when it was measured before the
+    first step (`0.021 -> 0.104`); "-" when `end` lacks it (no held-out evaluation ran: eval.every = 0)."""
+    if key not in end:
+        return "-"
+    value = fmt_value(end[key])
+    return f"{fmt_value(start[key])} -> {value}" if key in start else value
 
 
 def chain_tau_estimate(accuracies: list[float]) -> float:

@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from draftsmith.runtime.errors import UserError
-from draftsmith.runtime.files import sha256_file
+from draftsmith.runtime.files import sha256_file, write_text
 
 FORMAT = "draftsmith-state-1"
 PICKLED = "accelerate-pickle"
@@ -46,7 +46,8 @@ def write_manifest(directory: Path, fmt: str) -> None:
     entries = {
         str(p.relative_to(directory)): {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in files
     }
-    (directory / MANIFEST).write_text(json.dumps({"format": fmt, "files": entries}, indent=1) + "\n")
+    # indent=1 (write_json indents by 2): the bytes a checkpoint's manifest has always had
+    write_text(directory / MANIFEST, json.dumps({"format": fmt, "files": entries}, indent=1) + "\n")
 
 
 def verify_manifest(directory: Path) -> dict[str, Any]:
@@ -146,7 +147,9 @@ def _save_split(obj: Any, directory: Path, name: str) -> None:
     meta = _split(obj, name, tensors)
     if tensors:
         save_file(tensors, str(directory / f"{name}.safetensors"))
-    (directory / f"{name}.json").write_text(json.dumps(meta) + "\n")
+    write_text(
+        directory / f"{name}.json", json.dumps(meta) + "\n"
+    )  # one line (write_json indents), as always
 
 
 def _load_split(directory: Path, name: str) -> Any:
@@ -187,8 +190,8 @@ def save_training_state(
     if is_main:
         save_file(_trainable_state(model), str(directory / "model.safetensors"))
         _save_split(optimizer.state_dict(), directory, "optimizer")
-        (directory / "scheduler.json").write_text(
-            json.dumps(_split(scheduler.state_dict(), "scheduler", {})) + "\n"
+        write_text(
+            directory / "scheduler.json", json.dumps(_split(scheduler.state_dict(), "scheduler", {})) + "\n"
         )
     _save_split(rng_state(), directory, f"rng-{rank}")
 
