@@ -34,7 +34,9 @@ VARIANTS: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
     "eagle3_qwen3": ("eagle3", None, ("draft.layer=qwen3",)),  # speculators' qwen3 layer: vLLM serves it
 }
 DRAFT_LAYER = {"eagle3_qwen3": "qwen3"}
-EXPORT_KIND = {name: kind for name, (kind, _, _) in VARIANTS.items()}  # the checkpoint kind a variant exports as
+EXPORT_KIND = {
+    name: kind for name, (kind, _, _) in VARIANTS.items()
+}  # the checkpoint kind a variant exports as
 
 
 def _kinds() -> dict[str, tuple[str, str, list[str]]]:

@@ -126,16 +126,14 @@ def measured_cells(r: dict[str, Any]) -> list[str]:
 
 
 def sweep_table(rows: list[dict[str, Any]]) -> str:
-    """The sweep as a Markdown table, one row per family; a refused or failed family's reason spans its row."""
-    lines = table(HEADER, [])
-    for r in rows:
-        if "error" in r:
-            # its empty cells written "| |", as the published tables have them (table() writes "|  |")
-            reason = r["error"].removeprefix("error: ")
-            lines.append(f"| {r['name']} | refused: {reason} |" + " |" * (len(HEADER) - 2))
-        else:
-            lines.append(table(HEADER, [measured_cells(r)])[-1])
-    return "\n".join(lines)
+    """The sweep as a Markdown table, one row per family; a refused or failed family's reason fills its row."""
+    cells = [
+        [r["name"], "refused: " + r["error"].removeprefix("error: "), *[""] * (len(HEADER) - 2)]
+        if "error" in r
+        else measured_cells(r)
+        for r in rows
+    ]
+    return "\n".join(table(HEADER, cells))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,8 @@
 """The package import map: which draftsmith package imports which, checked against docs/DESIGN.md section 2.
 
-    python -m bench.import_map            # prints the table and the largest modules; exit 1 on a broken rule
+    python -m bench.import_map            # prints the table and the largest modules; exit 1 on a broken rule,
+                                          # a circle between modules, a module over 420 lines or a function
+                                          # over 70
 
 Imports are read from the source (ast), at any depth (lazy imports inside functions count too), so the map
 is what could be imported, not what happened to be.
@@ -23,15 +25,19 @@ ALLOWED = {
     "runtime": set(),
     "config": {"runtime"},
     "models": {"runtime"},
-    "data": {"runtime", "models"},
+    "data": {"runtime"},
     "train": {"runtime", "config", "models", "data"},
     "eval": {"runtime", "config", "models", "data"},
     "toy": {"runtime", "models", "data"},
-    "ship": {"runtime", "config", "models", "data", "eval"},
+    "ship": {"runtime", "models"},
     "engines": {"runtime", "config", "models", "data", "eval", "ship"},
     "scripts": {"runtime", "config", "models", "data", "train", "eval", "ship", "engines", "toy"},
 }
 MAX_LINES = 420  # "about 400 lines" a module; entry scripts and the CLI are held to the same bound
+# A function fits on a screen: def line to last line, docstring included. ruff holds the same functions to 40
+# statements, 15 branches and complexity 12 (pyproject.toml [tool.ruff.lint]); lines catch what those miss
+# (long literal tables, long calls).
+MAX_FUNCTION_LINES = 70
 
 
 def _package_of(module: str) -> str | None:
@@ -87,6 +93,88 @@ def broken_rules(table: dict[str, set[str]]) -> list[str]:
     return problems
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(name: str, known: set[str]) -> str | None:
+    """The draftsmith module `name` imports: itself if it is a module, else the longest known prefix (a name
+    imported from a package is its __init__'s, or a submodule when one has that name)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Module -> the draftsmith modules it imports (relative imports resolved; `from pkg import sub` counts
+    the submodule when `sub` is one), at any depth, as `imports` reads them."""
+    paths = {_module_name(p): p for p in SRC.rglob("*.py")}
+    known = set(paths)
+    out: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*up, base] if base else up)
+                names = [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            found |= {m for n in names if n.startswith("draftsmith") and (m := _resolve(n, known))}
+        out[module] = found - {module}
+    return out
+
+
+def module_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles between modules: strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            component = []
+            while True:
+                n = stack.pop()
+                component.append(n)
+                if n == m:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return sorted(cycles)
+
+
+def long_functions(limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """`path:line name: N lines` for every function in src/draftsmith longer than `limit` lines."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > limit:
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
+    return found
+
+
 def module_sizes() -> list[tuple[int, str]]:
     sizes = []
     for package in PACKAGES:
@@ -111,7 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"| {p} | {', '.join(sorted(table[p])) or '-'} | {', '.join(sorted(ALLOWED[p])) or '-'} |")
     sizes = module_sizes()
     print(f"\n{len(sizes)} modules; the largest: " + ", ".join(f"{name} {n}" for n, name in sizes[:6]))
-    problems = broken_rules(table) + oversized()
+    cycles = [f"module import cycle: {', '.join(c)}" for c in module_cycles(module_imports())]
+    problems = broken_rules(table) + oversized() + cycles + long_functions()
     for problem in problems:
         print(f"BROKEN: {problem}")
     return 1 if problems else 0

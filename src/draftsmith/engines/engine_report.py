@@ -194,11 +194,8 @@ def markdown(r: dict[str, Any]) -> str:
         + (f" ({settings['draft_sample_method']} drafts)" if sampled else "")
         + f", chain, batch {settings['batch_size']} in vLLM, 1 in the evaluator"
     )
-    header, *body = table(
-        ["", "vLLM", "draftsmith"], [(k, cell(a), cell(b)) for k, a, b in comparison_rows(r)]
-    )
-    # table() writes the empty corner cell as "|  |"; the printed table has always had "| |"
-    lines = [head, "", header.replace("|  |", "| |", 1), *body, ""]
+    rows = [(k, cell(a), cell(b)) for k, a, b in comparison_rows(r)]
+    lines = [head, "", *table(["", "vLLM", "draftsmith"], rows), ""]
     rel, same = r["tau_relative_difference"], r["same_definition_relative_difference"]
     agreement = "agree" if r["tau_agrees"] else "DISAGREE"
     lines.append(

@@ -13,6 +13,7 @@ from typing import Any
 
 from .families import ENGINES, FAMILIES, family
 
+
 def _served_by(kind: str) -> tuple[str, ...]:
     """The serving engines with a layout for `kind` (`hf` is the Hub's official layout, not an engine)."""
     return tuple(e for e in family(kind).layouts if e != "hf")

@@ -17,9 +17,13 @@ def fmt_value(value: Any, digits: int = 3) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    """The lines of a Markdown table (cells as `str` gives them: format numbers with `fmt_value` first)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    """The lines of a Markdown table (cells as `str` gives them: format numbers with `fmt_value` first; an
+    empty cell is written `| |`)."""
+    return [_row(header), "|" + "---|" * len(header), *(_row(row) for row in rows)]
+
+
+def _row(cells: Sequence[Any]) -> str:
+    return "|" + "|".join(f" {text} " if (text := str(v)) else " " for v in cells) + "|"
 
 
 def pyplot() -> Any:

@@ -25,7 +25,7 @@ from draftsmith.models.chunking import (
     chunked_loss,
 )
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
-from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, default_feature_layers
+from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, default_feature_layers, resolve_draft_vocab
 from draftsmith.models.losses import eagle1_mask
 from draftsmith.models.objectives import (
     ObjectiveConfig,
@@ -246,8 +246,8 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
     if cfg.draft.version == 1:
         draft: Eagle1Draft | Eagle3Draft = Eagle1Draft(cfg.draft, target.model.config, target.vocab_size)
     else:
-        vd = cfg.draft.draft_vocab_size or target.vocab_size
-        draft = _Eagle3Train(cfg.draft, target.model.config, min(vd, target.vocab_size))
+        vd = resolve_draft_vocab(cfg.draft.draft_vocab_size, target.vocab_size)
+        draft = _Eagle3Train(cfg.draft, target.model.config, vd)
         if draft.draft_vocab_size < target.vocab_size:
             draft.set_vocab_map(
                 *build_vocab_map(assistant_token_counts(train_dataset, target.vocab_size), vd)

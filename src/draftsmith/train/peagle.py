@@ -34,7 +34,7 @@ from draftsmith.models.chunking import (
     chunked_loss,
     recomputing,
 )
-from draftsmith.models.eagle3 import build_vocab_map, default_feature_layers
+from draftsmith.models.eagle3 import build_vocab_map, default_feature_layers, resolve_draft_vocab
 from draftsmith.models.losses import soft_cross_entropy
 from draftsmith.models.objectives import ObjectiveConfig, dpace_weights, per_column, token_objective
 from draftsmith.models.parts import shift_left
@@ -315,7 +315,7 @@ def resolve_mask(config: PEagleConfig, target: FrozenTarget) -> PEagleConfig:
 
 
 def build_draft(cfg: PEagleRecipe, target: FrozenTarget, train_dataset: object) -> PEagleDraft:
-    vd = min(cfg.draft.draft_vocab_size or target.vocab_size, target.vocab_size)
+    vd = resolve_draft_vocab(cfg.draft.draft_vocab_size, target.vocab_size)
     draft = PEagleDraft(resolve_mask(cfg.draft, target), target.model.config, vd)
     if vd < target.vocab_size:
         draft.set_vocab_map(*build_vocab_map(assistant_token_counts(train_dataset, target.vocab_size), vd))

@@ -19,3 +19,4 @@ def test_a_markdown_table_by_hand():
         "| eagle3 | - |",
     ]
     assert table(["a"], []) == ["| a |", "|---|"]
+    assert table(["", "vLLM"], [("tau", "")]) == ["| | vLLM |", "|---|---|", "| tau | |"]  # empty cells
