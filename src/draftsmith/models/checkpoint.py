@@ -8,7 +8,6 @@ with and refuses a mismatch. Writes are atomic: a temporary sibling directory re
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from draftsmith.runtime.files import (
     read_json,
     record_hashes,
     verify_hashes,
+    write_json,
 )
 
 from .families import drafter_class, family
@@ -86,7 +86,7 @@ def save_drafter(
     with atomic_dir(out) as tmp:
         save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt", "kind": config["kind"]})
         config["weights_sha256"] = record_hashes(tmp, [WEIGHTS_NAME])
-        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        write_json(tmp / CONFIG_NAME, config, sort_keys=True)
     return out
 
 

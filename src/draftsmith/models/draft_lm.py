@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 
-from draftsmith.runtime.files import atomic_dir, draftsmith_version, record_hashes
+from draftsmith.runtime.files import atomic_dir, draftsmith_version, record_hashes, write_json
 
 from .identity import check_target_identity, tokenizer_fingerprint
 from .target import FrozenTarget
@@ -190,5 +190,5 @@ def save_draft_lm(
             "weights_sha256": record_hashes(tmp, weights),
             **(extra or {}),
         }
-        (tmp / METADATA_NAME).write_text(json.dumps(metadata, indent=2) + "\n")
+        write_json(tmp / METADATA_NAME, metadata)
     return out

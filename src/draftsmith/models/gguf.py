@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.runtime.errors import UserError
-from draftsmith.runtime.files import atomic_dir, sha256_file
+from draftsmith.runtime.files import atomic_dir, sha256_file, write_json
 
 GGUF_SUFFIX = ".gguf"
 
@@ -147,5 +147,5 @@ def build_packaged(name: str, out: Path, force: bool = False) -> dict[str, Any]:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         record["wall_time_s"] = round(time.perf_counter() - t0, 1)
-        (tmp / "build.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_json(tmp / "build.json", record)
     return record
