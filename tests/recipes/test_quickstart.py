@@ -103,3 +103,22 @@ def test_dtype_auto_is_bfloat16_only_where_it_is_native(monkeypatch):
     monkeypatch.setattr(quickstart, "native_bfloat16", lambda device: False)
     assert quickstart.pipeline_dtype("auto") == "float32"
     assert quickstart.pipeline_dtype("bfloat16") == "bfloat16"  # asked for: used even where emulated
+
+
+def test_a_row_without_plain_decoding_is_measured_against_the_first_rows():
+    """The rows after the first decode no baseline: their speedup is against the first row's plain decoding of
+    the same prompts, and their answers are checked against its greedy answers, by the evaluator's rules."""
+    from draftsmith.eval.decoder import Generation, Step
+    from draftsmith.eval.report import TurnResult, summarize
+
+    step = Step(draft_tokens=3, depth=3, accepted=1, committed=2, cache_len=8, draft_s=0.1, verify_s=0.1)
+    greedy = {"a": [1, 2, 3, 4], "b": [5, 6]}  # plain decoding: 6 tokens in 3 s
+    plain = [
+        TurnResult(item, 0, 5, Generation([1], wall_s=1.0), Generation(tokens, wall_s=len(tokens) / 2))
+        for item, tokens in greedy.items()
+    ]
+    same = [TurnResult(item, 0, 5, Generation(tokens, [step], wall_s=0.5)) for item, tokens in greedy.items()]
+    measured = quickstart.against_plain(same, plain)
+    assert measured == {"speedup": summarize(same)["tokens_per_s"] / (6 / 3.0), "lossless": True}
+    other = [same[0], TurnResult("b", 0, 5, Generation([5, 7], [step], wall_s=0.5))]
+    assert quickstart.against_plain(other, plain)["lossless"] is False

@@ -18,16 +18,31 @@ import logging
 import platform
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
+from tqdm.auto import tqdm
 
+from draftsmith.data.chat_render import render_prompt
+from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
+from draftsmith.data.formats import Conversation
+from draftsmith.eval.decoder import Generation, SpeculativeDecoder, plain_decode
+from draftsmith.eval.drafters import load_drafter_spec, served_target
+from draftsmith.eval.drafters.base import Drafter
+from draftsmith.eval.drift import adapter_drift
 from draftsmith.eval.gate import FAIL, gate
+from draftsmith.eval.report import TurnResult, markdown, per_prompt_rows, plot_acceptance, summarize
+from draftsmith.eval.sampling import Sampling
 from draftsmith.eval.settings import EvalArgs, parse_eval_args
 from draftsmith.eval.settings import build_parser as build_eval_parser
-from draftsmith.runtime.files import write_json
+from draftsmith.eval.spans import token_spans
+from draftsmith.eval.tree import TreeShape, parse_tree
+from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+from draftsmith.runtime.errors import run_main
+from draftsmith.runtime.files import draftsmith_version, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -45,23 +60,6 @@ def parse(argv: Sequence[str] | None) -> EvalArgs:
     return parse_eval_args(build_parser(), argv)
 
 
-def _versions(device: torch.device) -> dict[str, Any]:
-    import transformers
-
-    from draftsmith.runtime.files import draftsmith_version
-
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
-    return {
-        "draftsmith": draftsmith_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "device": str(device),
-        "device_name": name,
-        "cpu_threads": torch.get_num_threads(),
-    }
-
-
 def evaluate(
     args: EvalArgs, target: Any = None, drafter: Any = None, record: list[Any] | None = None
 ) -> dict[str, Any]:
@@ -70,19 +68,45 @@ def evaluate(
     `target` / `drafter` may be passed pre-loaded (tests, benchmarks); otherwise they are loaded from args.
     `record`, when given, receives every answer's `TurnResult` (its prompt ids and decoding steps included).
     """
-    from tqdm.auto import tqdm
+    sampling = check_settings(args)
+    convs = read_prompts(args)
+    if target is None:
+        target = load_target(args)
+    original = None
+    served = served_target(args.drafter, target)  # the drafter's family says whether it changes the target
+    if served is not None:  # e.g. Medusa-2: the adapted target is what gets served, so it is what is measured
+        original, target = target, served
+    if drafter is None:
+        drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min, args.ngram_match)
+    depth, shape = draft_shape(args, drafter, sampling)
+    decoding = start_decoding(args, target, drafter, shape, sampling)
+    decoding.warm_up(convs[0])
+    turns, skipped = decoding.decode_all(convs)
 
-    from draftsmith.data.chat_render import render_prompt
-    from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
-    from draftsmith.eval.decoder import SpeculativeDecoder, plain_decode
-    from draftsmith.eval.drafters import load_drafter_spec, served_target
-    from draftsmith.eval.drift import adapter_drift
-    from draftsmith.eval.report import TurnResult, per_prompt_rows, summarize
-    from draftsmith.eval.sampling import Sampling
-    from draftsmith.eval.spans import token_spans
-    from draftsmith.eval.tree import parse_tree
-    from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+    report = summarize(turns)
+    if record is not None:
+        record.extend(turns)
+    if original is not None:
+        report["adapter_drift"] = drift_of_adapter(
+            original, target, convs, decoding.max_pos, args.max_new_tokens
+        )
+    rows, lossless = per_prompt_verdicts(turns, args.check_lossless)
+    report.update(
+        {
+            "num_prompts": len({t.item for t in turns}),
+            "num_turns": len(turns),
+            "skipped_turns": skipped,
+            "lossless": lossless,
+            "settings": report_settings(args, depth, shape, drafter, target),
+            "per_prompt": rows,
+        }
+    )
+    return report
 
+
+def check_settings(args: EvalArgs) -> Sampling:
+    """The sampling settings, once settings that contradict each other and a bad --tree are refused (before
+    anything is loaded)."""
     sampling = Sampling(args.temperature, args.top_p, args.top_k)
     if args.check_lossless and not sampling.greedy:
         raise ValueError("--check-lossless compares with greedy decoding: it needs --temperature 0")
@@ -91,6 +115,11 @@ def evaluate(
     if args.num_prompts < 0 or args.max_new_tokens < 1:
         raise ValueError("--num-prompts must be >= 0 and --max-new-tokens >= 1")
     parse_tree(args.tree, args.depth if args.depth is not None else 1)  # a bad --tree fails before loading
+    return sampling
+
+
+def read_prompts(args: EvalArgs) -> list[Conversation]:
+    """The conversations of --data with a user turn to prompt with: the first --num-prompts (0: all)."""
     convs = read_conversations(args.data, args.format)
     convs = [c for c in convs if prompt_turns(c)]
     if not convs:
@@ -104,17 +133,20 @@ def evaluate(
                 len(convs),
             )
         convs = convs[: args.num_prompts]
-    if target is None:
-        device = torch.device(
-            ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-        )
-        target = FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)
-    original = None
-    served = served_target(args.drafter, target)  # the drafter's family says whether it changes the target
-    if served is not None:  # e.g. Medusa-2: the adapted target is what gets served, so it is what is measured
-        original, target = target, served
-    if drafter is None:
-        drafter = load_drafter_spec(args.drafter, target, args.ngram_max, args.ngram_min, args.ngram_match)
+    return convs
+
+
+def load_target(args: EvalArgs) -> FrozenTarget:
+    """The target of --target in --dtype, on --device (auto: a GPU when there is one)."""
+    device = torch.device(
+        ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    )
+    return FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)
+
+
+def draft_shape(args: EvalArgs, drafter: Drafter, sampling: Sampling) -> tuple[int, TreeShape]:
+    """`(depth, tree shape)`: --depth (default: the drafter's deepest, at most 5), --tree, and for a chain at
+    T > 0 whether its drafts are sampled (--draft-sample-method)."""
     depth = args.depth if args.depth is not None else min(5, drafter.max_depth or 5)
     shape = parse_tree(args.tree, depth)
     if args.draft_sample_method != "auto" and not sampling.greedy:  # at T = 0 every draft is the argmax
@@ -124,6 +156,14 @@ def evaluate(
                 "(--tree topk:K ranks, sample:K samples)"
             )
         shape = dataclasses.replace(shape, sampled=args.draft_sample_method == "probabilistic")
+    return depth, shape
+
+
+def start_decoding(
+    args: EvalArgs, target: FrozenTarget, drafter: Drafter, shape: TreeShape, sampling: Sampling
+) -> Decoding:
+    """The decoder and what decoding each prompt needs, once --max-new-tokens is checked against the
+    target's context."""
     decoder = SpeculativeDecoder(
         target, drafter, shape, sampling, args.acceptance, args.kv_cache, args.drafts_at_budget
     )
@@ -133,102 +173,144 @@ def evaluate(
             f"--max-new-tokens must be in 1..{max_pos - 1}: the target's context holds {max_pos} positions, "
             "prompt included"
         )
-    stop_ids = stop_token_ids(target)
-    device = target.device
     # full drafts at the budget verify up to `depth` positions past it
     overshoot = shape.depth if args.drafts_at_budget == "full" else 0
+    return Decoding(args, target, decoder, sampling, stop_token_ids(target), max_pos, overshoot)
 
-    def generator(index: int, turn: int) -> torch.Generator:
-        return torch.Generator(device).manual_seed(args.seed * 1_000_003 + index * 101 + turn)
 
-    # Warm-up (not measured): allocator, kernels and lazy imports would otherwise bill the first prompt.
-    warm = render_prompt(target.tokenizer, prompt_turns(convs[0])[0], convs[0].tools)[-64:]
-    decoder.generate(warm, 8, generator(-1, 0))
-    plain_decode(target, warm, 8, sampling, generator(-1, 0), stop_ids, args.kv_cache)
+@dataclass
+class Decoding:
+    """Speculative decoding (and the plain-decoding baseline) of every prompt of one evaluation."""
 
-    turns: list[TurnResult] = []
-    skipped: list[str] = []
-    bar = tqdm(convs, desc="eval", unit="prompt", disable=not args.progress)
-    for index, conv in enumerate(bar):
+    args: EvalArgs
+    target: FrozenTarget
+    decoder: SpeculativeDecoder
+    sampling: Sampling
+    stop_ids: set[int]
+    max_pos: int | None  # the target's context, prompt included (None: unbounded)
+    overshoot: int  # positions a step may verify past --max-new-tokens
+
+    def generator(self, index: int, turn: int) -> torch.Generator:
+        """The random stream of one answer: the same for speculative and plain decoding of it."""
+        seed = self.args.seed * 1_000_003 + index * 101 + turn
+        return torch.Generator(self.target.device).manual_seed(seed)
+
+    def plain(self, prompt: list[int], max_new_tokens: int, generator: torch.Generator) -> Generation:
+        """Plain decoding of `prompt`: the baseline for speedup and, at T = 0, the lossless check."""
+        return plain_decode(
+            self.target, prompt, max_new_tokens, self.sampling, generator, self.stop_ids, self.args.kv_cache
+        )
+
+    def warm_up(self, conv: Conversation) -> None:
+        """One short decode of each kind, not measured: allocator, kernels and lazy imports would otherwise
+        bill the first prompt."""
+        warm = render_prompt(self.target.tokenizer, prompt_turns(conv)[0], conv.tools)[-64:]
+        self.decoder.generate(warm, 8, self.generator(-1, 0))
+        self.plain(warm, 8, self.generator(-1, 0))
+
+    def decode_all(self, convs: list[Conversation]) -> tuple[list[TurnResult], list[str]]:
+        """Every answer to `convs`, and the turns skipped as longer than the target's context."""
+        turns: list[TurnResult] = []
+        skipped: list[str] = []
+        bar = tqdm(convs, desc="eval", unit="prompt", disable=not self.args.progress)
+        for index, conv in enumerate(bar):
+            answered, skip = self.conversation(index, conv)
+            turns += answered
+            if skip is not None:
+                skipped.append(skip)
+            running = summarize(turns)["tau"] if turns else None
+            bar.set_postfix(tau=f"{running:.3f}" if running else "-")
+        if skipped:
+            logger.warning(
+                "skipped %d turns longer than the target's context: %s", len(skipped), "; ".join(skipped[:3])
+            )
+        if not turns:
+            raise ValueError(
+                "every prompt was longer than the target's context window; lower --max-new-tokens"
+            )
+        return turns, skipped
+
+    def conversation(self, index: int, conv: Conversation) -> tuple[list[TurnResult], str | None]:
+        """Every turn of `conv`, each prompted with the model's own earlier answers, up to the first turn
+        that would not fit the target's context (then also what was skipped)."""
         item = conv.id or conv.source
+        turns: list[TurnResult] = []
         answers: list[str] = []
         for k, prompt_msgs in enumerate(prompt_turns(conv)):
-            prompt = render_prompt(target.tokenizer, with_answers(prompt_msgs, answers), conv.tools)
-            if max_pos is not None and len(prompt) + args.max_new_tokens + overshoot > max_pos:
-                skipped.append(
-                    f"{item} turn {k}: {len(prompt)} prompt tokens + {args.max_new_tokens + overshoot} > {max_pos}"
-                )
-                break
-            spec = decoder.generate(prompt, args.max_new_tokens, generator(index, k))
-            base = (
-                plain_decode(
-                    target,
-                    prompt,
-                    args.max_new_tokens,
-                    sampling,
-                    generator(index, k),
-                    stop_ids,
-                    args.kv_cache,
-                )
-                if args.baseline
-                else None
-            )
-            spans = token_spans(target.tokenizer, prompt, spec.tokens)
-            turns.append(
-                TurnResult(item, k, len(prompt), spec, base, prompt, conv.category, spans, bool(conv.tools))
-            )
-            text_ids = [t for t in spec.tokens if t not in stop_ids]
-            answers.append(target.tokenizer.decode(text_ids, skip_special_tokens=True))
-        running = summarize(turns)["tau"] if turns else None
-        bar.set_postfix(tau=f"{running:.3f}" if running else "-")
-    if skipped:
-        logger.warning(
-            "skipped %d turns longer than the target's context: %s", len(skipped), "; ".join(skipped[:3])
-        )
-    if not turns:
-        raise ValueError("every prompt was longer than the target's context window; lower --max-new-tokens")
+            prompt = render_prompt(self.target.tokenizer, with_answers(prompt_msgs, answers), conv.tools)
+            budget = self.args.max_new_tokens + self.overshoot
+            if self.max_pos is not None and len(prompt) + budget > self.max_pos:
+                return turns, f"{item} turn {k}: {len(prompt)} prompt tokens + {budget} > {self.max_pos}"
+            turns.append(self.turn(index, item, k, prompt, conv))
+            text_ids = [t for t in turns[-1].spec.tokens if t not in self.stop_ids]
+            answers.append(self.target.tokenizer.decode(text_ids, skip_special_tokens=True))
+        return turns, None
 
-    report = summarize(turns)
-    if record is not None:
-        record.extend(turns)
-    if original is not None:
-        firsts = [render_prompt(target.tokenizer, prompt_turns(c)[0], c.tools) for c in convs]
-        report["adapter_drift"] = adapter_drift(
-            original,
-            target,
-            [p for p in firsts if max_pos is None or len(p) + args.max_new_tokens <= max_pos],
-            args.max_new_tokens,
-        )
+    def turn(self, index: int, item: str, k: int, prompt: list[int], conv: Conversation) -> TurnResult:
+        """Turn `k` of `conv` decoded speculatively and, with --baseline, plainly from the same seed."""
+        max_new = self.args.max_new_tokens
+        spec = self.decoder.generate(prompt, max_new, self.generator(index, k))
+        base = self.plain(prompt, max_new, self.generator(index, k)) if self.args.baseline else None
+        spans = token_spans(self.target.tokenizer, prompt, spec.tokens)
+        return TurnResult(item, k, len(prompt), spec, base, prompt, conv.category, spans, bool(conv.tools))
+
+
+def drift_of_adapter(
+    original: FrozenTarget,
+    adapted: FrozenTarget,
+    convs: list[Conversation],
+    max_pos: int | None,
+    max_new: int,
+) -> dict[str, Any]:
+    """Medusa-2's `adapter_drift` over each conversation's first prompt that fits the target's context."""
+    firsts = [render_prompt(adapted.tokenizer, prompt_turns(c)[0], c.tools) for c in convs]
+    fits = [p for p in firsts if max_pos is None or len(p) + max_new <= max_pos]
+    return adapter_drift(original, adapted, fits, max_new)
+
+
+def per_prompt_verdicts(
+    turns: list[TurnResult], check_lossless: bool
+) -> tuple[list[dict[str, Any]], bool | None]:
+    """The per-answer rows and the lossless verdict: with --check-lossless each row says whether the answer
+    matches greedy plain decoding (`matches_greedy`) and the verdict whether all do; else None."""
     rows = per_prompt_rows(turns)
-    lossless = None
-    if args.check_lossless:
-        for row, t in zip(rows, turns, strict=True):
-            row["matches_greedy"] = t.baseline is not None and t.spec.tokens == t.baseline.tokens
-        lossless = all(r["matches_greedy"] for r in rows)
-    settings = {
+    if not check_lossless:
+        return rows, None
+    for row, t in zip(rows, turns, strict=True):
+        row["matches_greedy"] = t.baseline is not None and t.spec.tokens == t.baseline.tokens
+    return rows, all(r["matches_greedy"] for r in rows)
+
+
+def report_settings(
+    args: EvalArgs, depth: int, shape: TreeShape, drafter: Any, target: FrozenTarget
+) -> dict[str, Any]:
+    """The report's `settings`: how it was measured (the arguments but what to do with the report), the
+    drafter, the target's identity and the software and hardware versions."""
+    return {
         **{k: v for k, v in asdict(args).items() if k not in NOT_SETTINGS},
         "depth": depth,
         "max_draft_tokens": shape.num_draft,
         "drafter_kind": getattr(drafter, "name", type(drafter).__name__),
         "target_identity": target.identity(),
-        "versions": _versions(device),
+        "versions": _versions(target.device),
     }
-    report.update(
-        {
-            "num_prompts": len({t.item for t in turns}),
-            "num_turns": len(turns),
-            "skipped_turns": skipped,
-            "lossless": lossless,
-            "settings": settings,
-            "per_prompt": rows,
-        }
-    )
-    return report
+
+
+def _versions(device: torch.device) -> dict[str, Any]:
+    """The software and the hardware that measured the report."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
+    return {
+        "draftsmith": draftsmith_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "device_name": name,
+        "cpu_threads": torch.get_num_threads(),
+    }
 
 
 def run(args: EvalArgs) -> int:
-    from draftsmith.eval.report import markdown, plot_acceptance
-
     if args.save_eval and not (Path(args.drafter) / "config.json").is_file():
         raise ValueError("--save-eval writes eval.json into a draftsmith checkpoint; --drafter is not one")
     report = evaluate(args)
@@ -256,8 +338,6 @@ def run(args: EvalArgs) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from draftsmith.runtime.errors import run_main
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = parse(argv)
     return run_main(lambda _: run(args), [])

@@ -27,9 +27,9 @@ from draftsmith.models.parts import with_cache
 from draftsmith.models.target import FrozenTarget, stop_token_ids
 
 from .drafters.base import Drafter, check_depth
-from .kv_cache import has_linear_attention, keep_path, new_cache, restore, snapshot
+from .kv_cache import Snapshot, has_linear_attention, keep_path, new_cache, restore, snapshot
 from .sampling import Sampling, sample
-from .tree import TreeShape, layer_tree_masks
+from .tree import DraftTree, TreeShape, layer_tree_masks
 from .verify import verify
 
 
@@ -142,68 +142,104 @@ class SpeculativeDecoder:
         """Decode up to `max_new_tokens` new tokens after `prompt` (stopping at an end-of-sequence token)."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        device = self.target.device
-        t_start = _timer(device)
-        cache = new_cache(self.target.model.config, self.kv_cache)
-        self.drafter.start()
-        features, logits = self._forward(torch.tensor(prompt), cache)
-        self.drafter.observe({k: v[0] for k, v in features.items()})
-        first = pick(logits[0, -1], self.sampling, generator)
+        t_start = _timer(self.target.device)
+        cache, first = self._prefill(prompt, generator)
         out = Generation([first])
         context = list(prompt) + [first]
         if first in self.stop_ids:
             out.stop = "eos"
         while out.stop != "eos" and len(out.tokens) < max_new_tokens:
-            shape = self.shape
-            room = max_new_tokens - len(out.tokens) - 1  # the step's own token always fits
-            if self.shrink_at_budget and shape.depth > room:
-                shape = shape.truncated(room)
-            t0 = _timer(device)
-            tree = self.drafter.propose(context, shape, self.sampling, generator)
-            t1 = _timer(device)
-            past = len(context) - 1
-            before = snapshot(cache) if self.recurrent else None
-            if tree.parents == list(range(-1, len(tree) - 1)):  # a chain: the ordinary causal forward
-                features, logits = self._forward(tree.tokens, cache)
-            else:
-                positions = [past + d for d in tree.depths()]
-                mask = layer_tree_masks(
-                    tree.ancestor_mask(),
-                    positions,
-                    positions,
-                    past,
-                    self.text_config,
-                    self.target.model.dtype,
-                    device,
-                )
-                features, logits = self._forward(
-                    tree.tokens, cache, mask, torch.tensor([positions], device=device)
-                )
-            verdict = verify(tree, logits[0], self.sampling, generator, self.acceptance)
-            if before is not None and len(verdict.path) < len(tree):
-                restore(cache, before)  # linear-attention state: back to before the chain, then the kept part
-                self._forward(tree.tokens[verdict.path], cache)
-            else:
-                keep_path(cache, past, verdict.path)
-            new = tree.tokens[verdict.path[1:]].tolist() + [verdict.token]
-            self.drafter.observe({k: v[0, verdict.path] for k, v in features.items()})
-            committed = 0
-            for tok in new:
-                if len(out.tokens) == max_new_tokens:
-                    break
-                out.tokens.append(tok)
-                context.append(tok)
-                committed += 1
-                if tok in self.stop_ids:
-                    out.stop = "eos"
-                    break
-            t2 = _timer(device)
-            depth_max = max(tree.depths())
-            out.steps.append(
-                Step(tree.num_draft, depth_max, verdict.accepted, committed, past, t1 - t0, t2 - t1)
-            )
-        out.wall_s = _timer(device) - t_start
+            out.steps.append(self._step(out, context, cache, max_new_tokens, generator))
+        out.wall_s = _timer(self.target.device) - t_start
         return out
+
+    def _prefill(self, prompt: list[int], generator: torch.Generator | None) -> tuple[Any, int]:
+        """A new cache holding `prompt`, the drafter started on its features, and the first new token (drawn
+        exactly as plain decoding draws it)."""
+        cache = new_cache(self.target.model.config, self.kv_cache)
+        self.drafter.start()
+        features, logits = self._forward(torch.tensor(prompt), cache)
+        self.drafter.observe({k: v[0] for k, v in features.items()})
+        return cache, pick(logits[0, -1], self.sampling, generator)
+
+    def _step(
+        self,
+        out: Generation,
+        context: list[int],
+        cache: Any,
+        max_new_tokens: int,
+        generator: torch.Generator | None,
+    ) -> Step:
+        """One verification step: draft, verify the draft in one target forward, keep the accepted path in the
+        cache and commit its tokens to `out` and `context`."""
+        device = self.target.device
+        shape = self._step_shape(max_new_tokens - len(out.tokens) - 1)  # the step's own token always fits
+        t0 = _timer(device)
+        tree = self.drafter.propose(context, shape, self.sampling, generator)
+        t1 = _timer(device)
+        past = len(context) - 1
+        before = snapshot(cache) if self.recurrent else None
+        features, logits = self._verify_forward(tree, cache, past)
+        verdict = verify(tree, logits[0], self.sampling, generator, self.acceptance)
+        self._keep_path(cache, before, tree, verdict.path, past)
+        new = tree.tokens[verdict.path[1:]].tolist() + [verdict.token]
+        self.drafter.observe({k: v[0, verdict.path] for k, v in features.items()})
+        committed = _commit(out, context, new, max_new_tokens, self.stop_ids)
+        t2 = _timer(device)
+        depth_max = max(tree.depths())
+        return Step(tree.num_draft, depth_max, verdict.accepted, committed, past, t1 - t0, t2 - t1)
+
+    def _step_shape(self, room: int) -> TreeShape:
+        """The step's tree shape: cut to the `room` left in the budget when drafts shrink there."""
+        if self.shrink_at_budget and self.shape.depth > room:
+            return self.shape.truncated(room)
+        return self.shape
+
+    def _verify_forward(self, tree: DraftTree, cache: Any, past: int) -> Any:
+        """`(features, logits)` of the target at every node of `tree`, in one forward after `past` cached
+        positions."""
+        if tree.parents == list(range(-1, len(tree) - 1)):  # a chain: the ordinary causal forward
+            return self._forward(tree.tokens, cache)
+        device = self.target.device
+        positions = [past + d for d in tree.depths()]
+        mask = layer_tree_masks(
+            tree.ancestor_mask(),
+            positions,
+            positions,
+            past,
+            self.text_config,
+            self.target.model.dtype,
+            device,
+        )
+        return self._forward(tree.tokens, cache, mask, torch.tensor([positions], device=device))
+
+    def _keep_path(
+        self, cache: Any, before: Snapshot | None, tree: DraftTree, path: list[int], past: int
+    ) -> None:
+        """Cut the cache back to the `past` positions and the accepted `path` of `tree`."""
+        if before is not None and len(path) < len(tree):
+            restore(cache, before)  # linear-attention state: back to before the chain, then the kept part
+            self._forward(tree.tokens[path], cache)
+        else:
+            keep_path(cache, past, path)
+
+
+def _commit(
+    out: Generation, context: list[int], new: list[int], max_new_tokens: int, stop_ids: set[int]
+) -> int:
+    """Append a step's `new` tokens to the answer and the context, up to the budget or a stop token (which
+    ends the answer); returns how many were appended."""
+    committed = 0
+    for tok in new:
+        if len(out.tokens) == max_new_tokens:
+            break
+        out.tokens.append(tok)
+        context.append(tok)
+        committed += 1
+        if tok in stop_ids:
+            out.stop = "eos"
+            break
+    return committed
 
 
 @torch.no_grad()

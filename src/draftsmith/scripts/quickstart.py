@@ -23,6 +23,8 @@ EAGLE-3 tau 1.52 chain / 1.74 tree against ngram's 1.29 / 1.37 on held-out promp
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +32,20 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from draftsmith.eval.acceptance import EvalArgs, evaluate, per_prompt_verdicts
+from draftsmith.eval.report import TurnResult, summarize
+from draftsmith.models.gguf import PACKAGED, build_packaged
+from draftsmith.models.target import FrozenTarget, TargetConfig
+from draftsmith.runtime.display import fmt_value, table
+from draftsmith.runtime.files import write_json
 from draftsmith.runtime.hardware import native_bfloat16
+from draftsmith.scripts.data import regenerate
+from draftsmith.toy.build import default_target_dir
+from draftsmith.toy.target import PRESETS, build_toy_target
+from draftsmith.train import eagle
+from draftsmith.train.cache import build
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 
@@ -59,9 +74,6 @@ CHAT_DATA = {"train": "prompts:train", "heldout": "prompts:heldout"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from draftsmith.models.gguf import PACKAGED
-    from draftsmith.toy.target import PRESETS
-
     presets = sorted(PACKAGED) + sorted(PRESETS)
     p = argparse.ArgumentParser(
         prog="draftsmith quickstart",
@@ -97,63 +109,127 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    budget = BUDGETS[args.budget]
-    prompts = budget.prompts if args.prompts is None else args.prompts
-    epochs = budget.epochs if args.epochs is None else args.epochs
-    eval_prompts = budget.eval_prompts if args.eval_prompts is None else args.eval_prompts
-    if prompts < 1 or epochs <= 0 or eval_prompts < 1:
-        parser.error("--prompts and --eval-prompts must be >= 1 and --epochs > 0")
-    out: Path = args.output_dir
+    budget = resolve_budget(parser, args)
     clock = StageClock()
-
     target, toy = resolve_target(args.target, progress=not args.no_progress)
-    data = TOY_DATA if toy else CHAT_DATA
     print(f"[1/5] target: {target} ({clock.lap()})")
     dtype = pipeline_dtype(args.dtype)
-    bf16 = dtype == "bfloat16"
     print(f"      answers, cache and training in {dtype} (--dtype {args.dtype})")
+    plan = Plan(
+        target=target,
+        data=TOY_DATA if toy else CHAT_DATA,
+        dtype=dtype,
+        budget=budget,
+        out=args.output_dir,
+        overrides=args.overrides,
+        progress=not args.no_progress,
+    )
+    for name, stage in STAGES:
+        code = stage(plan)
+        if code != 0:
+            return code
+        print(f"      {name}: {clock.lap()}")
+    print(f"quickstart finished in {clock.total():.0f} s; run directory: {plan.out}")
+    return 0
 
-    from draftsmith.scripts.data import regenerate
 
-    answers = out / "data" / "answers.jsonl"
-    print(f"[2/5] the target's greedy answers to {prompts} prompts ({data['train']}): {answers}")
-    regen = ["--target", str(target), "--data", data["train"], "--out", str(answers), "--temperature", "0"]
-    regen += ["--max-new-tokens", str(budget.answer_tokens), "--max-samples", str(prompts)]
-    regen += ["--batch-size", str(REGENERATE_BATCH), "--dtype", dtype]
-    code = regenerate.main(regen + (["--no-progress"] if args.no_progress else []))
-    if code != 0:
-        return code
-    print(f"      answers: {clock.lap()}")
+def resolve_budget(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Budget:
+    """The budget of --budget with --prompts, --epochs and --eval-prompts applied (bad counts exit with a usage
+    error before any work)."""
+    budget = BUDGETS[args.budget]
+    budget = dataclasses.replace(
+        budget,
+        prompts=budget.prompts if args.prompts is None else args.prompts,
+        epochs=budget.epochs if args.epochs is None else args.epochs,
+        eval_prompts=budget.eval_prompts if args.eval_prompts is None else args.eval_prompts,
+    )
+    if budget.prompts < 1 or budget.epochs <= 0 or budget.eval_prompts < 1:
+        parser.error("--prompts and --eval-prompts must be >= 1 and --epochs > 0")
+    return budget
 
-    from draftsmith.train import eagle
-    from draftsmith.train.cache import build
 
-    recipe = str(files("draftsmith.recipes").joinpath("eagle", "eagle3_smollm2.yaml"))
+@dataclass(frozen=True)
+class Plan:
+    """One quickstart run: its target, data, precision, budget and where each stage writes."""
+
+    target: Path
+    data: dict[str, str]  # "train" and "heldout" data sources
+    dtype: str  # of the answers, the cache and training
+    budget: Budget
+    out: Path
+    overrides: list[str]  # recipe overrides from the command line
+    progress: bool
+
+    @property
+    def answers(self) -> Path:
+        return self.out / "data" / "answers.jsonl"
+
     # A cache and a run per answer count: a later run with more --prompts extends the answers file, and must
     # not reuse shards or a checkpoint made from the shorter one.
-    cache = out / f"cache-{prompts}"
-    common = [f"target.path={target}", f"data.train=[{answers}]", f"data.cache={cache}"]
-    print(f"[3/5] the target's features for EAGLE-3: {cache}")
-    code = build.main(["eagle", "--config", recipe, *common, f"target.dtype={dtype}", *args.overrides])
-    if code != 0:
-        return code
-    print(f"      cache: {clock.lap()}")
-    run = out / f"eagle3-{prompts}"
-    print(f"[4/5] training EAGLE-3 ({epochs:g} epochs): {run}")
-    precision = f"train.mixed_precision={'bf16' if bf16 else 'no'}"
-    settings = [f"output_dir={run}", f"train.epochs={epochs}", precision, *args.overrides]
-    code = eagle.main(["--config", recipe, *common, *settings, "--resume"])
-    if code != 0:
-        return code
-    print(f"      training: {clock.lap()}")
-    print(f"[5/5] speculative decoding of {eval_prompts} held-out prompts ({data['heldout']}), greedy")
-    table = compare_drafters(
-        target, run / "final", data["heldout"], eval_prompts, budget.eval_tokens, not args.no_progress
+    @property
+    def cache(self) -> Path:
+        return self.out / f"cache-{self.budget.prompts}"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.out / f"eagle3-{self.budget.prompts}"
+
+    @property
+    def recipe(self) -> str:
+        return str(files("draftsmith.recipes").joinpath("eagle", "eagle3_smollm2.yaml"))
+
+    @property
+    def common(self) -> list[str]:
+        """The settings the cache and training share: the target, the answers and the cache."""
+        return [f"target.path={self.target}", f"data.train=[{self.answers}]", f"data.cache={self.cache}"]
+
+
+def answer_prompts(plan: Plan) -> int:
+    """Stage 2: the target's greedy answers to the training prompts (`draftsmith data regenerate`)."""
+    budget, data = plan.budget, plan.data
+    print(f"[2/5] the target's greedy answers to {budget.prompts} prompts ({data['train']}): {plan.answers}")
+    regen = ["--target", str(plan.target), "--data", data["train"], "--out", str(plan.answers)]
+    regen += ["--temperature", "0", "--max-new-tokens", str(budget.answer_tokens)]
+    regen += ["--max-samples", str(budget.prompts), "--batch-size", str(REGENERATE_BATCH)]
+    regen += ["--dtype", plan.dtype] + ([] if plan.progress else ["--no-progress"])
+    return regenerate.main(regen)
+
+
+def cache_features(plan: Plan) -> int:
+    """Stage 3: the target's features at EAGLE-3's layers (`draftsmith cache`)."""
+    print(f"[3/5] the target's features for EAGLE-3: {plan.cache}")
+    dtype = f"target.dtype={plan.dtype}"
+    return build.main(["eagle", "--config", plan.recipe, *plan.common, dtype, *plan.overrides])
+
+
+def train_eagle3(plan: Plan) -> int:
+    """Stage 4: EAGLE-3 trained from the cache, resuming a run that stopped (`draftsmith train eagle`)."""
+    epochs = plan.budget.epochs
+    print(f"[4/5] training EAGLE-3 ({epochs:g} epochs): {plan.run_dir}")
+    precision = f"train.mixed_precision={'bf16' if plan.dtype == 'bfloat16' else 'no'}"
+    settings = [f"output_dir={plan.run_dir}", f"train.epochs={epochs}", precision, *plan.overrides]
+    return eagle.main(["--config", plan.recipe, *plan.common, *settings, "--resume"])
+
+
+def compare_stage(plan: Plan) -> int:
+    """Stage 5: the trained EAGLE-3 next to ngram by speculative decoding of held-out prompts; prints the table."""
+    budget, heldout = plan.budget, plan.data["heldout"]
+    print(f"[5/5] speculative decoding of {budget.eval_prompts} held-out prompts ({heldout}), greedy")
+    results = compare_drafters(
+        plan.target, plan.run_dir / "final", heldout, budget.eval_prompts, budget.eval_tokens, plan.progress
     )
-    print(table)
-    print(f"      evaluation: {clock.lap()}")
-    print(f"quickstart finished in {clock.total():.0f} s; run directory: {out}")
+    print(results)
     return 0
+
+
+# Stages 2-5 after the target, each with the name its closing time is printed under; a stage's exit status
+# other than 0 ends the quickstart with it.
+STAGES = (
+    ("answers", answer_prompts),
+    ("cache", cache_features),
+    ("training", train_eagle3),
+    ("evaluation", compare_stage),
+)
 
 
 class StageClock:
@@ -177,17 +253,11 @@ def pipeline_dtype(choice: str) -> str:
     docs/BENCHMARKS.md), float32 elsewhere (emulated bfloat16 is slower than float32)."""
     if choice != "auto":
         return choice
-    import torch
-
     return "bfloat16" if native_bfloat16("cuda" if torch.cuda.is_available() else "cpu") else "float32"
 
 
 def resolve_target(name: str, progress: bool = True) -> tuple[Path, bool]:
     """`(target directory or .gguf, is a toy target)`; a preset name is built into the user cache once."""
-    from draftsmith.models.gguf import PACKAGED, build_packaged
-    from draftsmith.toy.build import default_target_dir
-    from draftsmith.toy.target import PRESETS, build_toy_target
-
     if name in PACKAGED or name in PRESETS:
         path = default_target_dir(name, 0)
         if not (path / "build.json").is_file():
@@ -207,10 +277,6 @@ def resolve_target(name: str, progress: bool = True) -> tuple[Path, bool]:
 
 
 def _is_toy(path: Path) -> bool:
-    import json
-
-    from draftsmith.toy.target import PRESETS
-
     build = path / "build.json"
     return build.is_file() and json.loads(build.read_text()).get("preset") in PRESETS
 
@@ -224,13 +290,7 @@ def compare_drafters(
     Plain decoding runs once, beside the first row: every row's speedup is against it and every row's answers
     are checked against its greedy answers (the same prompts, the same target), instead of decoding plainly
     four times."""
-    from draftsmith.eval.acceptance import EvalArgs, evaluate
-    from draftsmith.eval.drafters import load_drafter_spec
-    from draftsmith.eval.report import TurnResult
-    from draftsmith.models.target import FrozenTarget, TargetConfig
-    from draftsmith.runtime.files import write_json
-
-    target = FrozenTarget.load(TargetConfig(path=str(target_dir)))
+    target = FrozenTarget.load(TargetConfig(path=str(target_dir)))  # once, for every row
     rows: list[tuple[str, str, dict[str, Any]]] = []
     plain: list[TurnResult] = []
     for drafter, tree in [
@@ -253,27 +313,34 @@ def compare_drafters(
             progress=progress,
         )
         turns: list[TurnResult] = []
-        report = evaluate(eval_args, target, load_drafter_spec(drafter, target), record=turns)
-        if first:
+        report = evaluate(eval_args, target, record=turns)
+        if first:  # the evaluator's own baseline, speedup and lossless verdict
             plain = turns
             write_json(drafter_dir / "eval.json", report)
         else:
-            base_tps = rows[0][2]["baseline_tokens_per_s"]
-            report["speedup"] = (
-                report["tokens_per_s"] / base_tps if base_tps and report["tokens_per_s"] else None
-            )
-            report["lossless"] = len(turns) == len(plain) and all(
-                b.baseline is not None and t.spec.tokens == b.baseline.tokens
-                for t, b in zip(turns, plain, strict=True)
-            )
+            report.update(against_plain(turns, plain))
         rows.append(("EAGLE-3 (trained)" if drafter != "ngram" else "ngram (prompt lookup)", tree, report))
-    lines = ["| drafter | tree | tau | alpha | speedup | lossless |", "|---|---|---|---|---|---|"]
-    lines += [
-        f"| {name} | {tree} | {r['tau']:.3f} | {r['alpha']:.3f} | {r['speedup']:.2f}x | {r['lossless']} |"
+    return results_table(rows, drafter_dir / "eval.json")
+
+
+def against_plain(turns: list[TurnResult], plain: list[TurnResult]) -> dict[str, Any]:
+    """`speedup` and `lossless` of a row decoded without a baseline, against the plain decoding of an earlier
+    row of the same prompts, by the evaluator's own rules (eval/report.py `summarize`, the evaluator's
+    lossless check)."""
+    paired = [dataclasses.replace(t, baseline=p.baseline) for t, p in zip(turns, plain, strict=True)]
+    _, lossless = per_prompt_verdicts(paired, check_lossless=True)
+    return {"speedup": summarize(paired)["speedup"], "lossless": lossless}
+
+
+def results_table(rows: list[tuple[str, str, dict[str, Any]]], report: Path) -> str:
+    """The quickstart's closing table: a row per drafter and tree (tau, alpha, speedup, lossless)."""
+    cells = [
+        (name, tree, fmt_value(r["tau"]), fmt_value(r["alpha"]), f"{r['speedup']:.2f}x", r["lossless"])
         for name, tree, r in rows
     ]
+    lines = table(["drafter", "tree", "tau", "alpha", "speedup", "lossless"], cells)
     lines.append(
         f"(tau = tokens per target forward, 1.00 = plain decoding; depth 5; speedup = tokens/s against plain "
-        f"decoding on this machine; report: {drafter_dir / 'eval.json'})"
+        f"decoding on this machine; report: {report})"
     )
     return "\n".join(lines)
