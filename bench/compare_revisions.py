@@ -2,10 +2,11 @@
 of draftsmith and with this checkout, then compare bit for bit.
 
     python -m bench.compare_revisions --rev ff28ead --target ~/.cache/draftsmith/targets/small-seed0
+    python -m bench.compare_revisions --rev eb256ac --target ... --recipe eagle/eagle3_toy.yaml train.max_steps=40
 
 The older revision runs from a `git worktree`, imported from its src/ folder (or, for revisions of the flat layout,
-through a `draftsmith` package folder of symlinks) put first on PYTHONPATH, so the installed checkout is not used. Both trainings run the recipe (default: the
-quickstart's recipes/medusa/toy.yaml, whose drafter section is `model:` before draftsmith 0.2 and `draft:`
+through a `draftsmith` package folder of symlinks) put first on PYTHONPATH, so the installed checkout is not used. Both trainings run the recipe with the training script of its folder (train/<folder>.py; default: the
+toy quickstart's recipes/medusa/toy.yaml, whose drafter section is `model:` before draftsmith 0.2 and `draft:`
 after; the overrides are the same) with one thread each; then both evaluators decode the same held-out prompts
 with the NEW checkpoint. Prints whether the final weights are bit-identical, whether metrics.jsonl matches
 (wall-time fields excluded), and tau / alpha / acceptance / per-prompt rows of the two reports; exit 1 on any
@@ -72,7 +73,13 @@ def _metrics(run: Path) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
 
 
-def compare(rev: str, target: str, recipe: str, work: Path) -> dict[str, Any]:
+def _method(recipe: str) -> str:
+    """The training script a recipe runs: its folder under recipes/ (`eagle/eagle3_toy.yaml` -> eagle), as the
+    recipes are laid out (distill's folder is its method too)."""
+    return recipe.split("/", 1)[0]
+
+
+def compare(rev: str, target: str, recipe: str, work: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
     import torch
     from safetensors.torch import load_file
 
@@ -83,11 +90,12 @@ def compare(rev: str, target: str, recipe: str, work: Path) -> dict[str, Any]:
         for name, tree, path in (("old", src, pythonpath), ("new", REPO, None)):
             cmd = [
                 sys.executable,
-                str(tree / "train" / "medusa.py"),
+                str(tree / "train" / f"{_method(recipe)}.py"),
                 "--config",
                 str(tree / "recipes" / recipe),
                 f"target.path={target}",
                 f"output_dir={work / name}",
+                *overrides,
             ]
             procs[name] = (cmd, work / f"{name}-train.log", path)
         # One after the other: the timings are not compared, the bits are.
@@ -146,10 +154,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--recipe", default="medusa/toy.yaml", help="recipe under recipes/ (default medusa/toy.yaml)"
     )
     p.add_argument("--work", type=Path, default=None, help="working folder (default: a temporary one)")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="recipe overrides for both trainings (train.max_steps=40)",
+    )
     args = p.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="draftsmith-compare-"))
     work.mkdir(parents=True, exist_ok=True)
-    result = compare(args.rev, str(Path(args.target).expanduser()), args.recipe, work)
+    result = compare(args.rev, str(Path(args.target).expanduser()), args.recipe, work, args.overrides)
     for key, value in result.items():
         print(f"{key}: {value}")
     same = all(v is True for k, v in result.items() if k.endswith("identical")) and all(
