@@ -5,31 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eval_report import REPORT  # tests/unit/ship/, on the path
+
 from draftsmith.ship.model_card import depth_table, render_card, tau_table
 
-REPORT = {
-    "tau": 1.734,
-    "tau_stderr": 0.041,
-    "alpha": 0.289,
-    "speedup": 1.27,
-    "lossless": True,
-    "num_prompts": 20,
-    "acceptance_by_depth": [0.61, 0.42, 0.3],
-    "settings": {
-        "data": "mt_bench.jsonl",
-        "temperature": 0.0,
-        "top_p": 1.0,
-        "depth": 3,
-        "tree": "chain",
-        "seed": 0,
-        "versions": {
-            "draftsmith": "0.1.0",
-            "torch": "2.13.0+cpu",
-            "transformers": "5.23.0",
-            "device_name": "cpu",
-        },
-    },
-}
 # Fields missing, a depth not measured (None), an integer figure; then fields present but null; then nothing.
 SPARSE = {
     "tau": 2,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from eval_report import REPORT  # tests/unit/ship/, on the path
 
 from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle import EagleConfig
@@ -18,30 +19,6 @@ from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map
 from draftsmith.models.target import FrozenTarget
 from draftsmith.ship.model_card import render_card
 from draftsmith.ship.push import main, stage
-
-REPORT = {
-    "tau": 1.734,
-    "tau_stderr": 0.041,
-    "alpha": 0.289,
-    "speedup": 1.27,
-    "lossless": True,
-    "num_prompts": 20,
-    "acceptance_by_depth": [0.61, 0.42, 0.3],
-    "settings": {
-        "data": "mt_bench.jsonl",
-        "temperature": 0.0,
-        "top_p": 1.0,
-        "depth": 3,
-        "tree": "chain",
-        "seed": 0,
-        "versions": {
-            "draftsmith": "0.1.0",
-            "torch": "2.13.0+cpu",
-            "transformers": "5.23.0",
-            "device_name": "cpu",
-        },
-    },
-}
 
 
 @pytest.fixture(scope="module")
