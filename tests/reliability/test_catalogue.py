@@ -9,7 +9,6 @@ argparse usage errors (`PROG: error: ...`, status 2); everything else is `error:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fault_catalogue import check_one_line, snapshot
 
 from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle import EagleConfig
@@ -608,7 +608,6 @@ def _old_run(w: World) -> Path:
 
 
 def _busy_dir(w: World) -> Path:
-    import os
     import socket
 
     busy = w.root / "busy-run"
@@ -658,14 +657,6 @@ def _fine_tune(w: World) -> Path:
     return out
 
 
-def _snapshot(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in root.rglob("*")
-        if p.is_file()
-    }
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_fault_is_one_clear_line_and_changes_nothing(case, world, capsys, monkeypatch):
     monkeypatch.chdir(
@@ -673,30 +664,10 @@ def test_fault_is_one_clear_line_and_changes_nothing(case, world, capsys, monkey
     )  # recipes/ paths as a user in a checkout types them
     setup, expected = CASES[case]
     argv = setup(world)  # builds the damaged copies first: they are part of "before"
-    before = _snapshot(world.root)
+    before = snapshot(world.root)
     try:
         code: str | int | None = cli(argv)
     except SystemExit as exit_:  # argparse's usage errors: `usage: ...` then `PROG: error: ...`, status 2
         code = exit_.code
     err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error:") or ": error: " in line]
-    unchanged = _snapshot(world.root) == before
-    record = os.environ.get("DRAFTSMITH_CATALOGUE")  # bench/reliability_table.py collects the outcomes
-    if record:
-        with open(record, "a") as f:
-            f.write(
-                json.dumps(
-                    {
-                        "case": case,
-                        "exit": code,
-                        "error": errors[0] if errors else err[-200:],
-                        "unchanged": unchanged,
-                        "traceback": "Traceback" in err,
-                    }
-                )
-                + "\n"
-            )
-    assert code != 0, err
-    assert "Traceback" not in err and len(errors) == 1, err
-    assert expected in errors[0], errors[0]
-    assert unchanged  # nothing that existed was changed, nothing new left behind
+    check_one_line(case, code, err, expected, snapshot(world.root) == before)
