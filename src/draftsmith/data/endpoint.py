@@ -2,16 +2,23 @@
 
 vLLM, SGLang, TGI and llama.cpp's server all answer `POST {base}/chat/completions`. The client needs only the
 standard library: the engine runs elsewhere, and a regeneration of a million conversations is bound by the
-server, not by HTTP. What a request can meet, and what the client does:
+server, not by HTTP. What a request can meet, and what the client does (runtime/http.py does the HTTP):
 
-- the server is unreachable, times out, or answers 408 / 429 / 5xx: retried `retries` times with exponential
-  backoff; then `ServerUnavailable`, which stops the whole run (the conversation is not marked failed: a rerun
-  asks again);
-- any other 4xx (a prompt longer than the server's context, a malformed request): `RequestRejected` with the
-  server's message, which fails this conversation only;
+- the server is unreachable, misses the `--timeout` deadline, or answers 408 / 429 / 5xx: retried `retries`
+  times with exponential backoff; then `ServerUnavailable`, which stops the whole run (the conversation is not
+  marked failed: a rerun asks again);
+- the server refuses to serve at all: 401 / 403 (the key), 404 / 405 (the route or the model), a redirect, any
+  4xx but 400 / 413 / 422, or a 2xx that is not a completion (not JSON, an HTML page, no `choices`):
+  `ServerRefused`, which stops the run at once, naming the endpoint, the status and the server's message;
+  nothing is marked failed;
+- 400 / 413 / 422 (a prompt longer than the server's context, a request it refuses for its content):
+  `RequestRejected` with the server's message, which fails this conversation only;
 - 400 because the server parses no tool calls (vLLM without `--enable-auto-tool-choice`): the client asks again
   with `tool_choice: none` and keeps doing so for the run; the model then writes its calls as text, which is
   kept as it wrote them.
+
+An answer whose content is a list of content parts is flattened to its text (data/content.py), the form the
+data pipeline reads.
 
 `regenerate_conversation` walks one conversation: every user turn is answered by the model, conditioned on its
 own earlier answers. A recorded tool result answers only the call it was recorded for, so the conversation goes
@@ -28,9 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from draftsmith.runtime.http import HttpClient, RequestRejected
+from draftsmith.runtime.http import HttpClient, ProtocolError, RequestRejected
 
+from .content import text_of
 from .formats import Conversation
+
+CONVERSATION_STATUS = {400, 413, 422}  # a refusal about this request's content, not about the server
 
 _NO_TOOL_PARSER = re.compile(
     r"tool.choice.*(enable-auto-tool-choice|tool-call-parser)", re.IGNORECASE | re.DOTALL
@@ -59,44 +69,107 @@ class Reply:
     completion_tokens: int
 
 
+class ServerRefused(RuntimeError):
+    """The server will not serve this run (the key, the route, the model, or not an OpenAI-compatible answer):
+    the run stops and nothing is marked failed."""
+
+
+_ADVICE = {
+    401: "check the key (--api-key-env names the variable that holds it)",
+    403: "check the key and its permissions (--api-key-env)",
+    404: "check --endpoint (the API root, e.g. http://HOST:8000/v1) and --model",
+    405: "check --endpoint: it should be the API root, e.g. http://HOST:8000/v1",
+}
+
+
+def refused(err: RequestRejected, route: str) -> ServerRefused:
+    """The run-stopping error for a refusal that is the server's (see the module), in one line."""
+    advice = _ADVICE.get(
+        err.status, "check that --endpoint is an OpenAI-compatible API root, e.g. http://HOST:8000/v1"
+    )
+    return ServerRefused(f"{route}: {err}; nothing was marked failed: {advice}, then rerun to continue")
+
+
 @dataclass
 class EndpointClient(HttpClient):
-    """Chat completions from `base` (see `api_base`) through the runtime's HTTP client (timeout, retries)."""
+    """Chat completions from `base` (see `api_base`) through the runtime's HTTP client (deadline, retries)."""
 
     tool_choice: str = "auto"
 
     def models(self) -> list[dict[str, Any]]:
-        """The served models (`GET /models`), each with its `id` (and vLLM's `max_model_len`)."""
-        return list(self.request("GET", "/models").get("data", []))
+        """The served models (`GET /models`), each with its `id` (and vLLM's `root` and `max_model_len`)."""
+        route = f"{self.base}/models"
+        try:
+            listing = self.request("GET", "/models").get("data")
+        except RequestRejected as err:  # every status here is the server's: the run has not begun
+            raise refused(err, route) from None
+        if not isinstance(listing, list) or not all(isinstance(m, dict) and m.get("id") for m in listing):
+            raise ServerRefused(
+                f"{route} answered a model list without a `data` list of models with an `id` each "
+                f"({json.dumps(listing)[:120]}); is --endpoint an OpenAI-compatible API root?"
+            )
+        return listing
 
     def chat(self, body: dict[str, Any]) -> Reply:
-        """Ask once (with retries); falls back to `tool_choice: none` where the server parses no tool calls."""
+        """Ask once (with retries); falls back to `tool_choice: none` where the server parses no tool calls.
+        Raises `ServerRefused` for a refusal that is the server's, `RequestRejected` for one that is the
+        conversation's."""
+        route = f"{self.base}/chat/completions"
         if body.get("tools") and "tool_choice" not in body:
             body = body | {"tool_choice": self.tool_choice}
         try:
-            out = self.request("POST", "/chat/completions", body)
+            out = self._ask(body)
+        except RequestRejected as err:
+            if isinstance(err, ProtocolError) or err.status not in CONVERSATION_STATUS:
+                raise refused(err, route) from None
+            raise
+        try:
+            return completion(out)
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise ServerRefused(
+                f"{route} answered 200 with something that is not a chat completion ({err}): "
+                f"{json.dumps(out)[:160]}; is --endpoint an OpenAI-compatible API root?"
+            ) from None
+
+    def _ask(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.request("POST", "/chat/completions", body)
         except RequestRejected as err:
             if body.get("tool_choice") != "auto" or not _NO_TOOL_PARSER.search(str(err)):
                 raise
             self.tool_choice = "none"
-            out = self.request("POST", "/chat/completions", body | {"tool_choice": "none"})
-        try:
-            choice = out["choices"][0]
-        except (KeyError, IndexError, TypeError):
-            raise RequestRejected(f"the server's answer has no choices: {json.dumps(out)[:300]}") from None
-        usage = out.get("usage") or {}
-        return Reply(
-            assistant_message(choice.get("message") or {}),
-            choice.get("finish_reason"),
-            int(usage.get("prompt_tokens") or 0),
-            int(usage.get("completion_tokens") or 0),
-        )
+            return self.request("POST", "/chat/completions", body | {"tool_choice": "none"})
+
+
+def completion(out: dict[str, Any]) -> Reply:
+    """The first choice of a chat-completions answer; KeyError / TypeError / ValueError where it is none."""
+    choices = out["choices"]
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("`choices` is not a list of choice objects")
+    choice = choices[0]
+    if not isinstance(choice.get("message"), dict):
+        raise ValueError("its choice has no `message` object")
+    usage = out["usage"] if isinstance(out.get("usage"), dict) else {}
+    return Reply(
+        assistant_message(choice["message"]),
+        choice.get("finish_reason"),
+        _count(usage.get("prompt_tokens")),
+        _count(usage.get("completion_tokens")),
+    )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0  # a server that counts nothing counts 0
 
 
 def assistant_message(raw: dict[str, Any]) -> dict[str, Any]:
-    """The server's message as the data pipeline stores it: content, the tool calls in OpenAI form, and the
-    reasoning (`reasoning_content`; newer vLLM names it `reasoning`) that templates with thinking render."""
-    message: dict[str, Any] = {"role": "assistant", "content": raw.get("content") or ""}
+    """The server's message as the data pipeline stores it: content (a content-part list flattened to its
+    text), the tool calls in OpenAI form, and the reasoning (`reasoning_content`; newer vLLM names it
+    `reasoning`) that templates with thinking render."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": text_of(raw.get("content"), "the server's answer"),
+    }
     calls = [
         {"id": c.get("id"), "type": "function", "function": dict(c["function"])}
         for c in raw.get("tool_calls") or []
@@ -106,7 +179,7 @@ def assistant_message(raw: dict[str, Any]) -> dict[str, Any]:
         message["tool_calls"] = [{k: v for k, v in c.items() if v is not None} for c in calls]
     reasoning = raw.get("reasoning_content") or raw.get("reasoning")
     if reasoning:
-        message["reasoning_content"] = reasoning
+        message["reasoning_content"] = text_of(reasoning, "the server's reasoning")
     return message
 
 

@@ -15,6 +15,12 @@ class UserError(Exception):
     """A problem the user can fix (a busy directory, a damaged file, a missing flag): printed as one line."""
 
 
+class Interrupted(UserError):
+    """The user stopped the run (Ctrl-C); the message says what was kept. Printed as one line, exit 130."""
+
+    exit_status = 130
+
+
 def _existing_parent(path: Path) -> Path:
     for p in (path, *path.parents):
         if p.exists():
@@ -22,14 +28,28 @@ def _existing_parent(path: Path) -> Path:
     return Path("/")
 
 
+def mount_point(path: Path) -> Path:
+    """The mount point of the filesystem that holds `path` (an existing path)."""
+    path = path.resolve()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
 def describe_os_error(err: OSError) -> str | None:
     """One line for the filesystem faults a user can act on (full disk, quota, read-only or not writable),
     naming the path; None for any other OSError."""
     where = Path(str(err.filename)) if err.filename else None
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        place = _existing_parent(where) if where else Path.cwd()
-        free = format_bytes(shutil.disk_usage(place).free)
-        return f"no space left on {place} ({free} free) while writing {where or 'a file'}; free some space or write elsewhere"
+        if where is None:
+            return "no space left on the device being written to; free some space or write elsewhere"
+        mount = mount_point(_existing_parent(where))
+        free = format_bytes(shutil.disk_usage(mount).free)
+        quota = " (or your quota on it)" if err.errno == errno.EDQUOT else ""
+        return (
+            f"no space left on the filesystem mounted at {mount}{quota}, {free} free, while writing {where}; "
+            "free some space there or write elsewhere"
+        )
     if err.errno == errno.EROFS:
         return f"{where or 'the output'} is on a read-only filesystem; choose a writable directory"
     if err.errno in (errno.EACCES, errno.EPERM) and where is not None:
@@ -62,10 +82,17 @@ def _path_in(text: str) -> str | None:
 
 def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
     """Call `main(argv)`; a ValueError / FileNotFoundError / UserError (how draftsmith reports bad input) or a
-    full, read-only or unwritable disk is printed as `error: <message>` with exit status 1. Set
-    DRAFTSMITH_DEBUG=1 to get the traceback instead."""
+    full, read-only or unwritable disk is printed as `error: <message>` with exit status 1; Ctrl-C as one line
+    (`Interrupted`'s message, which says what was kept), exit status 130. Set DRAFTSMITH_DEBUG=1 to get the
+    traceback instead."""
     try:
         return int(main(argv) or 0)
+    except (KeyboardInterrupt, Interrupted) as err:
+        if os.environ.get("DRAFTSMITH_DEBUG"):
+            raise
+        _close_progress_bars()
+        print(str(err) if isinstance(err, Interrupted) else "interrupted", file=sys.stderr)
+        return Interrupted.exit_status
     except Exception as err:
         message = one_line(err)
         if message is None or os.environ.get("DRAFTSMITH_DEBUG"):

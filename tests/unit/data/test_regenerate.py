@@ -11,6 +11,7 @@ import torch
 from draftsmith.data.chat_render import render_prompt
 from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
 from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+from draftsmith.runtime.errors import UserError
 from draftsmith.scripts.data.regenerate import parse_args, regenerate
 
 N = 5
@@ -119,7 +120,7 @@ def test_resume_skips_written_rows_and_drops_a_half_written_line(tiny_toy_target
 def test_resume_with_other_sampling_settings_is_refused(tiny_toy_target, data, tmp_path):
     out = tmp_path / "out.jsonl"
     run(tiny_toy_target, data, out, "--max-samples", "1")
-    with pytest.raises(ValueError, match="same settings"):
+    with pytest.raises(UserError, match=r"the sampling differs \(temperature 0.8 -> 0.3\)"):
         run(tiny_toy_target, data, out, "--temperature", "0.3")
 
 

@@ -19,8 +19,8 @@ def _raise(exc):
     ("exc", "expected"),
     [
         (
-            OSError(errno.ENOSPC, "No space left on device", "/tmp/run/checkpoint-4.tmp/model.safetensors"),
-            "no space left on /tmp",
+            OSError(errno.ENOSPC, "No space left on device", "/proc/run/checkpoint-4.tmp/model.safetensors"),
+            "no space left on the filesystem mounted at /proc, ",
         ),
         # What safetensors and torch.save raise on a full 1 MB tmpfs (measured): their own types, not OSError.
         (
@@ -43,6 +43,24 @@ def test_faults_become_one_line(exc, expected, capsys):
     assert run_main(_raise(exc)) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and expected in err and "Traceback" not in err
+
+
+def test_the_filesystem_that_filled_is_named_by_its_mount_point():
+    from pathlib import Path
+
+    from draftsmith.runtime.errors import mount_point
+
+    assert mount_point(Path("/proc/self/status")) == Path("/proc")
+    assert mount_point(Path("/")) == Path("/")
+
+
+def test_ctrl_c_is_one_line_with_status_130(capsys):
+    from draftsmith.runtime.errors import Interrupted
+
+    assert run_main(_raise(KeyboardInterrupt())) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    assert run_main(_raise(Interrupted("interrupted: 3 rows kept, rerun to continue"))) == 130
+    assert capsys.readouterr().err == "interrupted: 3 rows kept, rerun to continue\n"
 
 
 def test_a_bug_keeps_its_traceback():

@@ -76,5 +76,8 @@ def test_an_unreachable_server_is_unavailable():
 
 def test_error_messages_are_read_from_openai_style_bodies():
     assert error_message(json.dumps({"error": {"message": "bad key"}})) == "bad key"
-    assert error_message(json.dumps({"detail": "x"})) == "{'detail': 'x'}"
-    assert error_message("  <html>proxy</html> ") == "<html>proxy</html>"
+    assert error_message(json.dumps({"detail": "x"})) == "x"  # FastAPI's error body
+    assert (
+        error_message("  <html><title>502 Bad Gateway</title></html> ") == "an HTML page ('502 Bad Gateway')"
+    )
+    assert error_message("plain words") == "plain words"

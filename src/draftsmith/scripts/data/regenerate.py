@@ -63,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=int, default=16, help="--endpoint: conversations in flight (default 16)"
     )
     p.add_argument(
-        "--timeout", type=float, default=600.0, help="--endpoint: seconds per request (default 600)"
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="--endpoint: the deadline of one request in seconds, its whole answer included (default 600)",
     )
     p.add_argument(
         "--retries",
@@ -83,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=int, default=16, help="local: conversations generated together (default 16)"
     )
     p.add_argument("--max-samples", type=int, default=None, help="read at most this many conversations")
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="ask again for the conversations OUT.failed.jsonl holds (refused for their own content, e.g. a "
+        "prompt over the context) instead of skipping them",
+    )
     p.add_argument("--seed", type=int, default=0, help="sampling seed (each batch derives its own)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument(

@@ -18,8 +18,16 @@ from transformers import GenerationConfig
 
 from draftsmith.data.chat_render import render_prompt
 from draftsmith.data.conversations import Conversation, prompt_turns, read_conversations, with_answers
-from draftsmith.data.regen_output import RegenOutput, RowWriter, Sampling, new_counts, run_meta
+from draftsmith.data.regen_output import (
+    RegenOutput,
+    RowWriter,
+    Sampling,
+    data_record,
+    new_counts,
+    run_meta,
+)
 from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+from draftsmith.runtime.errors import Interrupted
 from draftsmith.runtime.tokens import left_pad
 
 from .regenerate_settings import RegenerateArgs
@@ -52,27 +60,36 @@ class Answering:
 
 def regenerate_locally(settings: RegenerateArgs) -> dict[str, Any]:
     """Regenerate with transformers' `generate` on this machine; returns the counts."""
+    RegenOutput(settings.out, {}, []).check(settings.data)  # before the target is loaded
     convs = read_conversations(settings.data, settings.format, settings.max_samples)
     target = load_target(settings)
     generator = generator_for(target, settings)
     dtype = str(target.model.dtype).removeprefix("torch.")  # recorded, not checked on resume
-    meta = run_meta(settings.sampling, target.identity(), settings.data, settings.format, dtype=dtype)
-    output = RegenOutput(settings.out, meta)
-    done = output.resume()
+    data = data_record(settings.data, settings.format, convs)
+    output = RegenOutput(
+        settings.out, run_meta(settings.sampling, target.identity(), data, dtype=dtype), convs
+    )
+    done = output.resume(settings.retry_failed)
     todo = [i for i in range(len(convs)) if i not in done]
     counts = new_counts(len(convs), len(todo), COUNT_KEYS)
     began = time.perf_counter()
     bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=settings.no_progress)
     with output.appending() as writer:
-        for start in range(0, len(todo), settings.batch_size):
-            batch = todo[start : start + settings.batch_size]
-            write_batch(writer, convs, answer_batch(generator, convs, batch, settings.seed), counts)
-            writer.flush()
-            bar.update(len(batch))
+        try:
+            for start in range(0, len(todo), settings.batch_size):
+                batch = todo[start : start + settings.batch_size]
+                write_batch(writer, convs, answer_batch(generator, convs, batch, settings.seed), counts)
+                writer.flush()
+                bar.update(len(batch))
+        except KeyboardInterrupt:  # the batch being generated is dropped; every finished one is kept
+            counts["interrupted"] = True
     bar.close()
-    assert counts["written"] + counts["failed"] + counts["skipped"] == counts["input"]
     counts["seconds"] = time.perf_counter() - began
     output.finish(counts=counts)
+    if counts.get("interrupted"):
+        kept = output.rows_before + counts["written"]
+        raise Interrupted(f"interrupted: {kept} rows kept in {settings.out}, rerun to continue")
+    assert counts["written"] + counts["failed"] + counts["skipped"] == counts["input"]
     return counts
 
 

@@ -32,6 +32,7 @@ class RegenerateArgs:
     max_new_tokens: int
     batch_size: int
     max_samples: int | None
+    retry_failed: bool
     seed: int
     device: str | None
     dtype: Literal["auto", "float32", "bfloat16", "float16"]
