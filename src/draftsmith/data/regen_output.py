@@ -209,6 +209,15 @@ def _naming(f: TextIO) -> Iterator[None]:
         raise OSError(err.errno, err.strerror, f.name) from None
 
 
+@contextlib.contextmanager
+def _naming_close(f: TextIO) -> Iterator[TextIO]:
+    try:
+        yield f
+    finally:
+        with _naming(f):
+            f.close()
+
+
 class RegenOutput:
     """OUT and its two companions for one run with the settings `meta` (see `run_meta`)."""
 
@@ -257,8 +266,9 @@ class RegenOutput:
 
     @contextlib.contextmanager
     def appending(self) -> Iterator[RowWriter]:
-        """OUT and OUT.failed.jsonl open for appending: a rerun continues them."""
-        with self.out.open("a") as rows, self.failed_path.open("a") as failures:
+        """OUT and OUT.failed.jsonl open for appending: a rerun continues them. Closing (the last flush) names
+        the file it failed on, as a write does."""
+        with _naming_close(self.out.open("a")) as rows, _naming_close(self.failed_path.open("a")) as failures:
             yield RowWriter(rows, failures)
 
     def finish(self, **outcome: Any) -> None:

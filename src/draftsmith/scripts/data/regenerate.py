@@ -14,17 +14,22 @@ SGLang, TGI, llama.cpp), `--concurrency` conversations in flight: the way to reg
 Tool calls survive it: the tools are passed to the server, the model's calls are kept (OpenAI `tool_calls`, or
 the text the model wrote when the server parses none), and a recorded tool result is kept where the model made
 the recorded call (otherwise the conversation ends at the model's own call). A reasoning server's
-`reasoning_content` is kept on the answer, where the target's chat template renders it. A server that stops
-answering stops the run (after --retries) without marking anything failed.
+`reasoning_content` is kept on the answer, where the target's chat template renders it; an answer written as
+content parts is kept as its text. A server that stops answering (after --retries), refuses to serve (a wrong
+key, route or model: 401 / 403 / 404 / 405) or answers something that is not a completion stops the run in one
+line, marking nothing failed: the rerun after the fix goes on. --timeout is the deadline of a whole request.
 (scripts/data/regenerate_endpoint.py, data/endpoint.py)
 
-Resumable: rows already in OUT (or in OUT.failed.jsonl) are skipped, so an interrupted run continues where
-it stopped; a half-written last line is dropped first. The sampling settings, the target's identity and
-the counts are stored in OUT.meta.json; resuming with other settings is refused. The counts add up:
-written + failed + skipped = input. A failure (no user turn, tool messages, a prompt too long for the
-target, a request the server refused) is recorded in OUT.failed.jsonl with its reason, never silently
-dropped. Besides those counts, the answers, the answers cut at --max-new-tokens (truncated) and the tokens
-are printed and stored.
+Resumable: rows already in OUT (or in OUT.failed.jsonl) are skipped, so an interrupted run (Ctrl-C, a kill)
+continues where it stopped; a half-written last line is dropped first. OUT must be absent or a regenerate
+output (a file with OUT.meta.json beside it): any other file is refused untouched. The sampling settings, the
+target's identity (weights and tokenizer; a served model's id and root) and the data's content (sha256) are
+stored in OUT.meta.json, with every run's counts; resuming with any of them changed is refused in one line
+saying which. The counts add up: written + failed + skipped = input. A conversation's own failure (no user
+turn, tool messages, a prompt too long for the target, a request the server refused for its content) is
+recorded in OUT.failed.jsonl with its reason, never silently dropped, and asked again with --retry-failed.
+Besides those counts, the answers, the answers cut at --max-new-tokens (truncated) and the tokens are printed
+and stored.
 """
 
 from __future__ import annotations
