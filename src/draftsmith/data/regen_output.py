@@ -114,9 +114,11 @@ def read_meta(path: Path) -> dict[str, Any] | None:
 def changed_setting(old: dict[str, Any], new: dict[str, Any], convs: Sequence[Conversation]) -> str | None:
     """What differs between a run's settings `new` (reading `convs`) and the file's `old`, in words, or None
     (the same: it may resume)."""
+    older = "written_by" not in old  # an earlier version recorded fewer keys: those it has must match
     for key in ("sampling", "target"):
         before, after = old.get(key) or {}, new[key]
-        diff = [f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in after if before.get(k) != after.get(k)]
+        keys = [k for k in after if k in before or not older]
+        diff = [f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in keys if before.get(k) != after.get(k)]
         diff += [f"{k} {before[k]!r} -> none" for k in before if k not in after]
         if diff:
             return f"the {'served model' if 'served_model' in after else key} differs ({'; '.join(diff)})"

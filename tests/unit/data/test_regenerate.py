@@ -143,3 +143,29 @@ def test_regenerated_file_is_training_data_for_every_recipe(tiny_toy_target, dat
         )
         for answer in (m["content"] for m in row["messages"] if m["role"] == "assistant"):
             assert answer in trained
+
+
+def test_ctrl_c_keeps_every_finished_batch_and_the_rerun_completes(
+    tiny_toy_target, data, tmp_path, monkeypatch
+):
+    from draftsmith.runtime.errors import Interrupted
+    from draftsmith.scripts.data import regenerate_local
+
+    out = tmp_path / "out.jsonl"
+    real = regenerate_local.answer_batch
+    calls = []
+
+    def interrupted_on_the_second_batch(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(regenerate_local, "answer_batch", interrupted_on_the_second_batch)
+    with pytest.raises(Interrupted, match=rf"^interrupted: 3 rows kept in {out}, rerun to continue$"):
+        run(tiny_toy_target, data, out)  # batches of 3: the first is written, the second dropped
+    assert [json.loads(line)["index"] for line in out.open()] == [0, 1, 2]
+    monkeypatch.setattr(regenerate_local, "answer_batch", real)
+    assert core(run(tiny_toy_target, data, out))["skipped"] == 3
+    meta = json.loads(out.with_name("out.jsonl.meta.json").read_text())
+    assert [r["counts"].get("interrupted", False) for r in meta["runs"]] == [True, False]
