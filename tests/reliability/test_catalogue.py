@@ -55,6 +55,10 @@ def world(tiny_toy_target, tmp_path_factory) -> World:
     return World(root, Path(tiny_toy_target), drafter, medusa, data)
 
 
+def _eval_ngram(w: World) -> list[str]:
+    return ["eval", "--target", str(w.target), "--drafter", "ngram", "--data", str(w.data)]
+
+
 def _copy(src: Path, dst: Path, edit: Callable[[Path], object]) -> Path:
     if dst.exists():
         shutil.rmtree(dst)
@@ -140,6 +144,14 @@ CASES: dict[str, tuple[Callable[[World], list[str]], str]] = {
         "no-target",
     ),
     # ---- evaluator settings -----------------------------------------------------------------------------
+    "eval-report-is-a-directory": (
+        lambda w: [*_eval_ngram(w), "--report", str(w.root)],
+        "is a directory; name the file to write",
+    ),
+    "eval-plot-under-a-file": (
+        lambda w: [*_eval_ngram(w), "--plot", str(w.data / "acceptance.png")],
+        "prompts.jsonl is a file, not a directory",
+    ),
     "eval-depth-huge": (
         lambda w: [
             "eval",

@@ -41,8 +41,9 @@ from draftsmith.eval.settings import build_parser as build_eval_parser
 from draftsmith.eval.spans import token_spans
 from draftsmith.eval.tree import TreeShape, parse_tree
 from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+from draftsmith.runtime.display import pyplot
 from draftsmith.runtime.errors import run_main
-from draftsmith.runtime.files import draftsmith_version, write_json
+from draftsmith.runtime.files import check_output_file, draftsmith_version, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -310,23 +311,34 @@ def _versions(device: torch.device) -> dict[str, Any]:
     }
 
 
-def run(args: EvalArgs) -> int:
+def check_outputs(args: EvalArgs) -> None:
+    """Everything the end of the run needs, checked before the first measurement: the report and plot paths
+    writable, matplotlib installed for --plot, the drafter a checkpoint for --save-eval."""
     if args.save_eval and not (Path(args.drafter) / "config.json").is_file():
         raise ValueError("--save-eval writes eval.json into a draftsmith checkpoint; --drafter is not one")
+    if args.report:
+        check_output_file(Path(args.report), "--report")
+    if args.plot:
+        check_output_file(Path(args.plot), "--plot")
+        pyplot()  # one line naming the install when matplotlib is missing
+
+
+def run(args: EvalArgs) -> int:
+    check_outputs(args)
     report = evaluate(args)
     print(markdown(report))
     if report["lossless"] is False:
         bad = [f"{r['id']} turn {r['turn']}" for r in report["per_prompt"] if not r["matches_greedy"]]
         print(f"LOSSLESS CHECK FAILED: {len(bad)} answers differ from greedy decoding: {', '.join(bad[:5])}")
-    if args.report:
+    if args.report:  # the measurement's results first: an optional plot that fails must not lose them
         write_json(Path(args.report), report)
         print(f"report: {args.report}")
-    if args.plot:
-        plot_acceptance(report, Path(args.plot))
-        print(f"plot: {args.plot}")
     if args.save_eval:
         write_json(Path(args.drafter) / "eval.json", report)
         print(f"report saved in the checkpoint: {Path(args.drafter) / 'eval.json'}")
+    if args.plot:
+        plot_acceptance(report, Path(args.plot))
+        print(f"plot: {args.plot}")
     if args.min_tau is not None:  # the deployment gate: the same rule as `draftsmith gate --min-tau`
         passed, reason = gate(report, None, args.min_tau, max_drop=0.0)
         if not passed:

@@ -59,6 +59,19 @@ def verify_hashes(directory: Path, recorded: dict[str, str] | None, where: str) 
             )
 
 
+def check_output_file(path: Path, flag: str) -> None:
+    """Refuse, before any work, an output file that could not be written at the end: `path` is a directory,
+    its parent is a file, or its nearest existing directory is not writable. One line naming `flag`."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise UserError(f"{flag} {path} is a directory; name the file to write")
+    parent = next((p for p in path.parents if p.exists()), Path("/"))
+    if not parent.is_dir():
+        raise UserError(f"{flag} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: {parent} is not writable; choose a directory you can write to")
+
+
 def read_json(path: Path) -> Any:
     """A JSON file, or one line naming the file, line and column where it is not valid JSON."""
     try:
