@@ -9,7 +9,8 @@ Sources: `.jsonl`, `.json` (an array, or JSON Lines), `.parquet`, `.txt`, gzip o
 built-in chat prompts `prompts[:split]` (data/chat_prompts.py).
 
 Formats (auto-detected from the keys of the first record, in FORMAT_KEYS order; `format=` overrides):
-- messages: `messages: [{role, content}]`, optional `tools`.
+- messages: `messages: [{role, content}]`, optional `tools`; a content that is a list of OpenAI content parts
+  is read as their text, concatenated (data/content.py; a non-text part is refused).
 - sharegpt: `conversations: [{from, value}]`, optional `system`, `tools`; speakers mapped by SHAREGPT_ROLES;
   a preference record's `chosen` reply (LLaMA-Factory DPO files) becomes the last assistant turn.
 - alpaca: `instruction`, `output`, optional `input` (user = instruction + "\\n\\n" + input), `system`,

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .content import text_of
+
 logger = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -143,10 +145,12 @@ def _message(role: Any, content: Any, k: int, where: str) -> dict[str, Any]:
         )
     if role not in ROLES:
         raise ValueError(f"{where}: message {k} has role {role!r}; expected one of {ROLES}")
+    if isinstance(content, list):  # OpenAI content parts: their text, concatenated
+        content = text_of(content, f"{where}: message {k} ({role})")
     if not isinstance(content, str):
         raise ValueError(
-            f"{where}: message {k} ({role}) has content of type {type(content).__name__}; expected a string "
-            "(content-part lists and tool_calls without text are not supported: flatten them to text)"
+            f"{where}: message {k} ({role}) has content of type {type(content).__name__}; expected a string or "
+            "a list of text parts"
         )
     return _msg(role, content)
 

@@ -50,6 +50,22 @@ class TargetConfig:
     )
 
 
+def _load_error(cfg: TargetConfig, err: Exception) -> Exception:
+    """One line for transformers refusing to load `cfg.path` (its own messages span several lines)."""
+    said = " ".join(str(err).split()).split(" This could be because")[0]  # its unknown-architecture advice
+    if "trust_remote_code" in said and not cfg.trust_remote_code:
+        said = "it ships its own modeling code (config.json `auto_map`), which runs only with target."
+        said += "trust_remote_code=true: set that (in the recipe or on the command line) if you trust it"
+    elif "does not recognize this architecture" in said:
+        said += " Upgrade transformers, or set target.trust_remote_code=true if it ships modeling code"
+    elif isinstance(err, OSError):
+        return FileNotFoundError(
+            f"could not load target {cfg.path!r}: {said.rstrip('.')}. Pass a local model directory or a Hub id that "
+            "this machine can reach (build a toy target with `draftsmith build-target`)."
+        )
+    return ValueError(f"could not load target {cfg.path!r}: {said}")
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """Map a dtype name to a torch dtype; `auto` is bfloat16 on accelerators and float32 on CPU."""
     if name == "auto":
@@ -122,11 +138,8 @@ class FrozenTarget:
             )
         device = torch.device(device)
         source, gguf = pretrained_source(cfg.path)  # a .gguf file: its folder, gguf_file=<name>
-        kwargs: dict[str, Any] = {
-            "revision": cfg.revision,
-            "trust_remote_code": cfg.trust_remote_code,
-            **gguf,
-        }
+        kwargs: dict[str, Any] = {"revision": cfg.revision, "trust_remote_code": cfg.trust_remote_code}
+        kwargs |= gguf
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
             config = AutoConfig.from_pretrained(source, **kwargs)
@@ -140,11 +153,8 @@ class FrozenTarget:
                     source, config=config, dtype=resolve_dtype(cfg.dtype, device), **kwargs
                 )
             _set_layer_count(model.config.get_text_config(), num_layers)
-        except OSError as err:
-            raise FileNotFoundError(
-                f"could not load target {cfg.path!r}: {err}. Pass a local model directory or a Hub id that "
-                "this machine can reach (build a toy target with `draftsmith build-target`)."
-            ) from err
+        except (OSError, ValueError) as err:
+            raise _load_error(cfg, err) from err
         return cls(model.to(device), tokenizer, cfg.path, cfg.revision)  # type: ignore[arg-type]
 
     @property

@@ -306,7 +306,8 @@ def test_record_level_errors(tmp_path: Path) -> None:
         ({"role": "", "content": "x"}, "missing or empty role"),
         ({"role": "robot", "content": "x"}, "role 'robot'"),
         ({"role": "user", "content": None}, "content of type NoneType"),
-        ({"role": "user", "content": [{"type": "text", "text": "x"}]}, "content of type list"),
+        ({"role": "user", "content": 5}, "content of type int"),
+        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "type 'image_url'"),
     ]:
         msg = bad({"messages": [{"role": "user", "content": "q"}, message]})
         assert "r.jsonl:1" in msg and "message 1" in msg and needle in msg
@@ -317,6 +318,76 @@ def test_record_level_errors(tmp_path: Path) -> None:
     # The first record decides the format; later records must have its keys.
     msg = bad({"question": "q", "answer": "a"})
     assert "r.jsonl:1" in msg and "format 'messages' needs keys messages" in msg
+
+
+# Rows as a server that answers with OpenAI content-part lists writes them, and the text each message holds.
+CONTENT_PART_ROWS = [
+    {
+        "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Name "},
+                    {"type": "input_text", "text": "a"},
+                    " fruit.",
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Apple"}, {"type": "text", "text": "."}],
+            },
+        ]
+    },
+    {"messages": [{"role": "user", "content": "plain"}, {"role": "assistant", "content": []}]},
+    {
+        "conversations": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"from": "gpt", "value": ["yo"]},
+        ]
+    },
+]
+FLATTENED = [
+    [("system", "Be brief."), ("user", "Name a fruit."), ("assistant", "Apple.")],
+    [("user", "plain"), ("assistant", "")],
+    [("user", "hi"), ("assistant", "yo")],
+]
+
+
+def test_content_part_lists_read_as_their_concatenated_text(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def text(source: str, **kwargs: Any) -> list[list[tuple[str, str]]]:
+        return [[(m["role"], m["content"]) for m in c.messages] for c in read_conversations(source, **kwargs)]
+
+    messages_rows = CONTENT_PART_ROWS[:2]
+    lines = "".join(json.dumps(r) + "\n" for r in messages_rows)
+    assert text(_write(tmp_path / "parts.jsonl", lines)) == FLATTENED[:2]
+    assert text(_write(tmp_path / "parts.json", json.dumps(messages_rows))) == FLATTENED[:2]
+    assert text(_write(tmp_path / "sharegpt.jsonl", json.dumps(CONTENT_PART_ROWS[2]))) == FLATTENED[2:]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}
+            ]
+        }
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "parts.parquet")
+    assert text(str(tmp_path / "parts.parquet")) == [[("user", "xy")]]
+
+
+def test_a_non_text_content_part_is_refused_naming_the_file_row_and_message(tmp_path: Path) -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+    rows = [
+        CONTENT_PART_ROWS[1],
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "see"}, image]}]},
+    ]
+    msg = _error(tmp_path, "mixed.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    assert msg.startswith(
+        f"{tmp_path / 'mixed.jsonl'}:1: message 0 (user): content part 1 has type 'image_url'"
+    )
+    assert "\n" not in msg
 
 
 def test_unknown_shape_lists_formats(tmp_path: Path) -> None:

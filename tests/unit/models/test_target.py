@@ -73,3 +73,56 @@ def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_at_load(tmp_pa
     tok.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=rf"tokenizer has {len(tok)} tokens but the model's embedding only"):
         FrozenTarget.load(TargetConfig(path=str(tmp_path)))
+
+
+AUTO_MAP = {
+    "AutoConfig": "configuration_custom.CustomConfig",
+    "AutoModelForCausalLM": "modeling_custom.CustomLM",
+}
+
+
+def _custom_target(path, tiny_random_target, **config):
+    """A saved target whose config.json is edited as a model shipping its own modeling code would have it."""
+    import json
+
+    tiny_random_target.model.save_pretrained(path)
+    tiny_random_target.tokenizer.save_pretrained(path)
+    saved = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(saved | config))
+    return str(path)
+
+
+def _load_message(path: str, **settings) -> str:
+    from draftsmith.models.target import TargetConfig
+
+    with pytest.raises(ValueError) as info:
+        FrozenTarget.load(TargetConfig(path=path, **settings))
+    message = str(info.value)
+    assert message.startswith(f"could not load target {path!r}: ") and "\n" not in message
+    return message
+
+
+def test_a_target_with_its_own_modeling_code_names_the_setting_to_change(
+    tmp_path, tiny_random_target, monkeypatch
+):
+    """transformers refuses before reading any code or weights (no network: a local directory; offline set so
+    a regression could not reach out), in a message of several lines naming its own argument only."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = _custom_target(tmp_path, tiny_random_target, model_type="draftsmith_custom", auto_map=AUTO_MAP)
+    message = _load_message(path)
+    from draftsmith.models.target import TargetConfig
+
+    assert "ships its own modeling code" in message and "target.trust_remote_code=true" in message
+    # Allowed, the missing code file is named instead (and the setting is not suggested again).
+    with pytest.raises(FileNotFoundError, match="configuration_custom.py") as info:
+        FrozenTarget.load(TargetConfig(path=path, trust_remote_code=True))
+    assert "trust_remote_code=true" not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_architecture_transformers_does_not_know_is_one_line(tmp_path, tiny_random_target, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    message = _load_message(_custom_target(tmp_path, tiny_random_target, model_type="draftsmith_custom"))
+    assert "model type `draftsmith_custom`" in message and "does not recognize this architecture" in message
+    assert message.endswith(
+        "Upgrade transformers, or set target.trust_remote_code=true if it ships modeling code"
+    )
