@@ -134,6 +134,13 @@ CASES: dict[str, tuple[Callable[[World], list[str]], str]] = {
         ],
         "target.trust_remote_code=true",
     ),
+    "regenerate-target-needs-remote-code": (
+        lambda w: [
+            *("data", "regenerate", "--target", str(_custom_code_target(w)), "--data", str(w.data)),
+            *("--out", f"{w.root}/out-regen/answers.jsonl", "--no-progress"),
+        ],
+        "--trust-remote-code for eval, engine-eval, data regenerate",
+    ),
     "eval-data-with-an-image-part": (
         lambda w: _eval(w.target, _image_data(w)),
         "with-image.jsonl:1: message 0 (user): content part 1 has type 'image_url'",

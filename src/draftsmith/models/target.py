@@ -55,7 +55,7 @@ def _load_error(cfg: TargetConfig, err: Exception) -> Exception:
     said = " ".join(str(err).split()).split(" This could be because")[0]  # its unknown-architecture advice
     if "trust_remote_code" in said and not cfg.trust_remote_code:
         said = "it ships its own modeling code (config.json `auto_map`), which runs only with target."
-        said += "trust_remote_code=true: set that (in the recipe or on the command line) if you trust it"
+        said += "trust_remote_code=true (a recipe key; --trust-remote-code for eval, engine-eval, data regenerate): set it if you trust that code"
     elif "does not recognize this architecture" in said:
         said += " Upgrade transformers, or set target.trust_remote_code=true if it ships modeling code"
     elif isinstance(err, OSError):

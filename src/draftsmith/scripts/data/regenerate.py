@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
         "prompt over the context) instead of skipping them",
     )
     p.add_argument("--seed", type=int, default=0, help="sampling seed (each batch derives its own)")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="local: run the modeling code the target ships (config.json `auto_map`); only for code you trust",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument(
         "--dtype",

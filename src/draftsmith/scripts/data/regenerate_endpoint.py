@@ -128,7 +128,9 @@ def endpoint_meta(
 ) -> dict[str, Any]:
     """The meta file's settings: the served model is the target, by its id and what the server says of its
     weights (checked on resume); where and how it was asked is recorded."""
-    identity = {"served_model": model["id"]} | {k: model[k] for k in IDENTITY_KEYS if k in model}
+    identity = {"served_model": model["id"]} | {
+        k: model[k] for k in IDENTITY_KEYS if model.get(k) is not None
+    }
     return run_meta(
         settings.sampling,
         identity,

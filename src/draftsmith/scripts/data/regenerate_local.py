@@ -97,7 +97,10 @@ def load_target(settings: RegenerateArgs) -> FrozenTarget:
     """The target on `--device` in `--dtype`, generating with nothing but what `generate_batch` passes."""
     assert settings.target is not None  # regenerate() sends only --target runs here
     device = torch.device(settings.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    target = FrozenTarget.load(TargetConfig(path=settings.target, dtype=settings.dtype), device)
+    config = TargetConfig(
+        path=settings.target, dtype=settings.dtype, trust_remote_code=settings.trust_remote_code
+    )
+    target = FrozenTarget.load(config, device)
     target.model.generation_config = (
         GenerationConfig()
     )  # only the settings passed below, never a repo's defaults

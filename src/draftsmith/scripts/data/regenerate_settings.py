@@ -34,6 +34,7 @@ class RegenerateArgs:
     max_samples: int | None
     retry_failed: bool
     seed: int
+    trust_remote_code: bool
     device: str | None
     dtype: Literal["auto", "float32", "bfloat16", "float16"]
     no_progress: bool
