@@ -1,5 +1,6 @@
 """The fault catalogue as a table: every case of tests/reliability/ (bad input and faults through the command
-line) and tests/recipes/test_run_safety.py (kill, resume, locks, damaged checkpoints, planted pickles), run
+line; a misbehaving OpenAI-compatible server for `data regenerate`; damaged GGUF files; engine-eval's and the
+quickstart's inputs) and tests/recipes/test_run_safety.py (kill, resume, locks, damaged checkpoints, planted pickles), run
 with pytest, then written as Markdown: case -> exit status and the one error line, with totals.
 
     python -m bench.reliability_table            # prints the table (about 3 minutes on 2 cores)
@@ -54,7 +55,7 @@ RESUMING = (
     "test_a_disk",
     "test_a_filesystem",
 )
-_TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/catalogue\d+")
+_TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/[^/\s]+?\d+(?=[/\s:,)]|$)")
 
 
 def table(rows: list[dict], outcomes: list[tuple[str, str]]) -> str:
@@ -73,7 +74,8 @@ def table(rows: list[dict], outcomes: list[tuple[str, str]]) -> str:
         "",
         f"Totals: {len(outcomes)} cases ({len(rows)} command-line faults + {len(safety)} run-safety "
         f"tests), {passed} passed; {clear} of {len(rows)} command-line faults end in one clear line with a "
-        f"non-zero exit; silent results (exit 0): {sum(r['exit'] == 0 for r in rows)}; data changed: "
+        f"non-zero exit; tracebacks: {sum(bool(r['traceback']) for r in rows)}; silent results (exit 0): "
+        f"{sum(r['exit'] == 0 for r in rows)}; data changed: "
         f"{sum(not r['unchanged'] for r in rows)}; runs that must equal the uninterrupted run bit for bit: "
         f"{sum(o == 'passed' for o in resumes)} of {len(resumes)}.",
     ]
