@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,7 +84,9 @@ def test_regeneration_through_vllm_survives_a_killed_server(vllm_env, smollm2_ta
         answers = [m["content"] for m in r["messages"] if m["role"] == "assistant"]
         assert len(answers) == 2 and all(answers) and r["category"] == q["category"]
     meta = json.loads(out.with_name("out.jsonl.meta.json").read_text())
-    assert meta["target"] == {"served_model": "smollm2"} and meta["server"]["max_model_len"] == 2048
+    # the served model by its name and its weights' path (vLLM's `root`): a resume checks both
+    assert meta["target"] == {"served_model": "smollm2", "root": meta["target"]["root"]}
+    assert Path(meta["target"]["root"]).samefile(smollm2_target) and meta["server"]["max_model_len"] == 2048
     assert counts["answers"] == 2 * counts["written"] and counts["completion_tokens"] > 0
 
     # tool-call chats: the tools reach the template, each answer is the model's, the schemas are kept
