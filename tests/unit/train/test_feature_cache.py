@@ -289,3 +289,59 @@ def test_recipe_trains_from_the_cache_on_two_processes(tiny_toy_target, bf16_cac
         == FrozenTarget.load(TargetConfig(path=str(tiny_toy_target))).num_layers
     )
     assert "verify cache" in proc.stderr
+
+
+def write_answers(path: Path, first: int = 0, count: int = 20) -> Path:
+    """A local data file: `count` standard-library conversations from record `first` on, as `messages` lines."""
+    from draftsmith.data.conversations import read_conversations
+
+    convs = read_conversations("stdlib:train", limit=first + count)[first:]
+    path.write_text("".join(json.dumps({"messages": c.messages}) + "\n" for c in convs))
+    return path
+
+
+def test_a_data_file_edited_in_place_is_noticed_by_the_cache(tiny_toy_target, tmp_path):
+    """The cache records the sha256 of its data file; building into it again reuses every shard while the file
+    holds the same bytes and is refused, naming the file, once it was edited; training checks the same."""
+    from draftsmith.runtime.files import sha256_file
+
+    answers = write_answers(tmp_path / "answers.jsonl")
+    cfg = eagle_cfg(tiny_toy_target, tmp_path / "c", f"data.train=[{answers}]")
+    out = build(cfg)
+    recorded = {str(answers): sha256_file(answers)}
+    assert json.loads((out / "settings.json").read_text())["data_sha256"] == recorded
+    assert json.loads((out / "index.json").read_text())["data_sha256"] == recorded
+    assert FeatureCache.open(out, data=recorded).data_sha256 == recorded
+
+    # The same bytes, rewritten: every shard is reused, none rewritten.
+    write_answers(answers)
+    shards = sorted(out.glob("*.safetensors"))
+    for p in shards:
+        os.utime(p, (1, 1))
+    index = (out / "index.json").read_text()
+    build(cfg)
+    assert [p.stat().st_mtime for p in shards] == [1] * len(shards)
+    assert (out / "index.json").read_text() == index
+
+    # Edited in place (other conversations, same path): refused before anything is read or written.
+    old = recorded[str(answers)]
+    write_answers(answers, first=20)
+    new = sha256_file(answers)
+    with pytest.raises(ValueError) as refused:
+        build(cfg)
+    assert str(refused.value) == (
+        f"{out} holds a cache built from data whose content has changed since: {answers} changed (sha256 "
+        f"{old[:12]} then, {new[:12]} now); choose another data.cache directory or delete this one"
+    )
+    assert [p.stat().st_mtime for p in shards] == [1] * len(shards)
+    assert (out / "index.json").read_text() == index
+    with pytest.raises(
+        CacheError, match=rf"was built from other data than the recipe names: {answers} changed"
+    ):
+        FeatureCache.open(out, data={str(answers): new})
+    other = write_answers(tmp_path / "other.jsonl", first=20)
+    with pytest.raises(
+        CacheError, match=r"other\.jsonl is not a file it was made from \(made from: .*answers"
+    ):
+        FeatureCache.open(out, data={str(other): sha256_file(other)})
+    assert FeatureCache.open(out, data={}).index["data_sha256"] == recorded  # a recipe of built-in data only

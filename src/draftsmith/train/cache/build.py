@@ -11,7 +11,9 @@ three taps and `final`; EAGLE-1, Medusa-1 and distillation: `final`; MTP: the la
 `final`). `final` replaces full-vocabulary logits: training recomputes them through the frozen LM head.
 
 Shards are written atomically with a sidecar that records their sha256, so a killed run resumes by
-running the same command: complete, intact shards are kept and the rest are (re)written. Storage is
+running the same command: complete, intact shards are kept and the rest are (re)written; the cache records the
+sha256 of every local data file it reads, so a file edited since is refused, never mixed with the old shards
+(training from the cache checks the recipe's data files the same way). Storage is
 bf16 or fp8 (e4m3, one scale per hidden channel and shard): about half the bytes.
 """
 
@@ -42,6 +44,7 @@ from draftsmith.train.cache.store import (
     write_shard,
 )
 from draftsmith.train.core.data import build_datasets, collate
+from draftsmith.train.core.data_content import CONTENT_KEY, content_change, data_hashes
 from draftsmith.train.methods import TRAIN_METHODS
 
 SETTINGS_NAME = "settings.json"  # the header, written first: a resumed build must use the same settings
@@ -76,6 +79,8 @@ def build_cache(
     Returns the `(split, shard number)` of every planned shard, for the index.
     """
     out = Path(cfg.data.cache).expanduser()
+    content = data_hashes(cfg.data)
+    _check_same_content(out, content)  # before loading anything: an edited data file is refused at once
     out.mkdir(parents=True, exist_ok=True)
     target = FrozenTarget.load(cfg.target, device)
     module = importlib.import_module(TRAIN_METHODS[method])
@@ -91,6 +96,7 @@ def build_cache(
         "hidden_size": target.hidden_size,
         "shard_tokens": shard_tokens,
         "data": {k: v for k, v in config_to_dict(cfg.data).items() if k not in ("cache", "cache_verify")},
+        CONTENT_KEY: content,  # the sha256 of each local data file (train/core/data_content.py)
         "seed": cfg.seed,
     }
     _check_same_settings(out, header)
@@ -122,15 +128,31 @@ def build_cache(
 
 
 def _check_same_settings(out: Path, header: dict[str, Any]) -> None:
-    """Refuse to resume into a directory that was started with other settings (mixed shards)."""
+    """Refuse to resume into a directory that was started with other settings or from data whose content has
+    changed since (mixed shards, or shards of the old data kept as if they were of the new)."""
     path = out / SETTINGS_NAME
     if not path.is_file():
         return
     before = json.loads(path.read_text())
-    diff = [k for k in header if before.get(k) != header[k]]
+    diff = [k for k in header if k != CONTENT_KEY and before.get(k) != header[k]]
     if diff:
         raise ValueError(
             f"{out} holds a cache built with other settings ({', '.join(diff)} differ); "
+            "choose another data.cache directory or delete this one"
+        )
+    _check_same_content(out, header[CONTENT_KEY])
+
+
+def _check_same_content(out: Path, content: dict[str, str]) -> None:
+    """Refuse to build into a directory whose shards were made from data with other content (a data file edited
+    in place since): one line naming the file. A header written before content was recorded is not compared."""
+    path = out / SETTINGS_NAME
+    if not path.is_file():
+        return
+    change = content_change(json.loads(path.read_text()).get(CONTENT_KEY), content)
+    if change:
+        raise ValueError(
+            f"{out} holds a cache built from data whose content has changed since: {change}; "
             "choose another data.cache directory or delete this one"
         )
 

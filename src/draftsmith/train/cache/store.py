@@ -2,7 +2,8 @@
 
 Layout of a cache directory:
 
-    index.json                     format, target identity, layers, storage dtype, data config, and per split
+    index.json                     format, target identity, layers, storage dtype, data config, the sha256 of
+                                   each local data file it was built from (`data_sha256`), and per split
                                    the shards with their sample ranges, token counts, byte sizes and sha256
     train-00000.safetensors        one shard: samples packed along the token axis
     train-00000.json               the shard's index entry, written after the shard (marks it complete)
@@ -21,7 +22,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +35,7 @@ from tqdm.auto import tqdm
 
 from draftsmith.models.target import FEATURE_PREFIX, LayerId, feature_key
 from draftsmith.runtime.files import atomic_file, sha256_file, write_json
+from draftsmith.train.core.data_content import CONTENT_KEY, content_change
 
 logger = logging.getLogger(__name__)
 
@@ -199,11 +201,18 @@ class FeatureCache:
     unverified: set[str] = field(default_factory=set)
 
     @classmethod
-    def open(cls, directory: str | Path, verify: bool = True, progress: bool = True) -> FeatureCache:
+    def open(
+        cls,
+        directory: str | Path,
+        verify: bool = True,
+        progress: bool = True,
+        data: Mapping[str, str] | None = None,
+    ) -> FeatureCache:
         """Read `index.json` and check every shard: present and of the recorded size (a truncated shard is
         named), and its sha256 (a corrupt one is named): all of them now with `verify`, otherwise each one
         the first time training reads from it, so a large cache starts at once but no sample of a corrupt
-        shard is ever trained on.
+        shard is ever trained on. With `data` (the sha256 of the data files a recipe names now), first refuse
+        a cache built from other data (`require_data`), before any shard is read.
 
         Raises:
             CacheError: naming the directory or shard and what to do.
@@ -226,6 +235,8 @@ class FeatureCache:
             raise CacheError(f"{path} is not a draftsmith feature cache (format {index.get('format')!r})")
         if index.get("format_version", 0) > FORMAT_VERSION:
             raise CacheError(f"{path} has format_version {index['format_version']}: upgrade draftsmith")
+        if data is not None:
+            cls(directory, index).require_data(data)
         shards = [s for split in index["splits"].values() for s in split["shards"]]
         for entry in shards:
             shard = directory / entry["file"]
@@ -260,6 +271,23 @@ class FeatureCache:
                 f"{what} needs the target's layers {list(needed)} but the cache {self.directory} holds "
                 f"{self.layers} (missing {missing}); build a cache with this recipe: "
                 "`draftsmith cache METHOD --config RECIPE ... data.cache=NEW_DIR`"
+            )
+
+    @property
+    def data_sha256(self) -> dict[str, str] | None:
+        """The sha256 of each local data file the cache was built from (None: built before they were recorded)."""
+        recorded = self.index.get(CONTENT_KEY)
+        return dict(recorded) if isinstance(recorded, dict) else None
+
+    def require_data(self, content: Mapping[str, str]) -> None:
+        """Refuse, in one line naming the file, to train on this cache when the data files the recipe names now
+        (`content`: their sha256) are not those it was built from: edited in place since, or other files."""
+        change = content_change(self.data_sha256, content)
+        if change:
+            raise CacheError(
+                f"the cache {self.directory} was built from other data than the recipe names: {change}; build a "
+                "cache of this data into a new directory (`draftsmith cache METHOD --config RECIPE ... "
+                "data.cache=NEW_DIR`) and train from it"
             )
 
     def dataset(self, split: str, dtype: torch.dtype = torch.float32) -> CachedFeatureDataset:

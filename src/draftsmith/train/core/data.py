@@ -184,6 +184,9 @@ class DataBundle:
     train: Any
     eval: Any
     stats: dict[str, DataStats]
+    # The sha256 of each local data file the samples come from (data_content.py); None: not known (a cache
+    # built before draftsmith recorded it).
+    content: dict[str, str] | None = None
 
 
 def load_cached_datasets(cache: Any, dtype: torch.dtype) -> DataBundle:
@@ -195,7 +198,7 @@ def load_cached_datasets(cache: Any, dtype: torch.dtype) -> DataBundle:
             samples=info["samples"], tokens=info["tokens"], trained_tokens=info["trained_tokens"]
         )
     evals = cache.dataset("eval", dtype) if "eval" in cache.index["splits"] else TokenizedDataset([], [], [])
-    return DataBundle(train=cache.dataset("train", dtype), eval=evals, stats=stats)
+    return DataBundle(train=cache.dataset("train", dtype), eval=evals, stats=stats, content=cache.data_sha256)
 
 
 def build_datasets(

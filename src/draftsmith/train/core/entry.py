@@ -24,6 +24,7 @@ from draftsmith.train.cache.store import FeatureCache
 
 from .checkpointing import trainable_bytes
 from .data import DataBundle, build_datasets, load_cached_datasets
+from .data_content import CONTENT_KEY, data_hashes
 from .distributed import make_accelerator, shard_frozen_target, shard_kind
 from .loop import run_training
 from .method import LoopResult, TrainingMethod
@@ -117,9 +118,11 @@ def _train(
         config_yaml=config_yaml(cfg),
         resume=resume,
         trust_pickle=trust_pickle,
+        data_sha256=data.content,
     )
     if accelerator.is_main_process:
-        final = _save_final(output_dir, method, target, {"training": _summary(cfg, result)}, result)
+        summary = {**_summary(cfg, result), CONTENT_KEY: data.content}
+        final = _save_final(output_dir, method, target, {"training": summary}, result)
         print(method.report(result))
         print(f"drafter checkpoint: {final}")
     accelerator.wait_for_everyone()
@@ -131,14 +134,18 @@ def _load_target_and_data(
     cfg: ConfigT, recipe: Recipe[ConfigT], accelerator: Accelerator
 ) -> tuple[FrozenTarget, DataBundle]:
     """The frozen target and the train / held-out data: tokenized conversations, or an offline feature cache
-    checked against the target."""
+    checked against the target and against the content of the data files the recipe names. Either way the
+    bundle carries the sha256 of the data files the samples come from (`content`), which the run records."""
     progress = accelerator.is_local_main_process
+    content = data_hashes(cfg.data)  # before reading: the record is of the bytes read, or older ones
     if not cfg.data.cache:
         target = FrozenTarget.load(cfg.target, accelerator.device)
-        return target, build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=progress)
+        data = build_datasets(cfg.data, target.tokenizer, seed=cfg.seed, progress=progress)
+        data.content = content
+        return target, data
     # Offline: the cache holds the samples and the target's features; only the target's embedding,
     # final norm and LM head are loaded (the logits are recomputed from the cached `final` state).
-    cache = FeatureCache.open(cfg.data.cache, verify=cfg.data.cache_verify, progress=progress)
+    cache = FeatureCache.open(cfg.data.cache, verify=cfg.data.cache_verify, progress=progress, data=content)
     target = FrozenTarget.load(cfg.target, accelerator.device, layers=recipe.offline_target_layers(cfg))
     check_target_identity(cache.index["target"], target.identity(), f"the cache {cache.directory}")
     cache.require_layers(recipe.cache_layers(cfg, target), recipe.prog)

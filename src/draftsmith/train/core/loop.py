@@ -23,12 +23,13 @@ from draftsmith.runtime.files import write_text
 
 from .checkpointing import save_checkpoint
 from .data import collate
+from .data_content import CONTENT_KEY
 from .distributed import shard_kind
 from .finite import check_finite
 from .method import LoopResult, TrainingMethod
 from .metrics import MetricsLog, MetricWindow
 from .settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
-from .startup import Run, build_run, prepare_directory, resume_run
+from .startup import Run, build_run, check_same_data, prepare_directory, resume_run
 
 
 def _batches(dataset: Any, indices: list[list[int]], pad_id: int, device: torch.device) -> Iterator[dict]:
@@ -89,13 +90,18 @@ def run_training(
     config_yaml: str,
     resume: str | None = None,
     trust_pickle: bool = False,
+    data_sha256: dict[str, str] | None = None,
 ) -> LoopResult:
     """Train `method.model` and return the final step, last logged train metrics and held-out metrics.
 
     `config_yaml` (the resolved recipe config) is saved in the run directory and every checkpoint.
     `trust_pickle`: resume from a checkpoint holding pickle files (see checkpointing.resolve_resume).
+    `data_sha256`: the sha256 of each local data file the samples come from (data_content.py), recorded in
+    every checkpoint's trainer_state.json; resuming a checkpoint whose data changed since is refused.
     """
     resume_from = prepare_directory(accelerator, method, output_dir, resume, trust_pickle)
+    if resume_from is not None:
+        check_same_data(resume_from, data_sha256)
     run = build_run(method, accelerator, train, log, config_yaml, output_dir, train_dataset, seed)
     step = resume_run(run, resume_from, len(train_dataset)) if resume_from is not None else 0
     if accelerator.is_main_process:
@@ -111,6 +117,7 @@ def run_training(
         checkpoint=checkpoint,
         eval_cfg=eval_cfg,
         metrics_log=MetricsLog(accelerator, output_dir),
+        data_sha256=data_sha256,
     )
     # The starting point, so every run shows how far training moved the held-out metrics.
     initial_eval = loop.evaluate_and_log(step) if step == 0 else {}
@@ -140,6 +147,7 @@ class _Loop:
     checkpoint: CheckpointConfig
     eval_cfg: EvalConfig
     metrics_log: MetricsLog
+    data_sha256: dict[str, str] | None = None  # the data's content, which resuming must match
 
     def held_out(self) -> dict[str, float]:
         """The held-out metrics now (empty without held-out data)."""
@@ -188,6 +196,7 @@ class _Loop:
             "seed": self.seed,
             "num_processes": run.accelerator.num_processes,
             "trainable_parameters": run.trainable,
+            CONTENT_KEY: self.data_sha256,
         }
 
 

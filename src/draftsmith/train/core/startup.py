@@ -14,7 +14,7 @@ import torch
 from accelerate import Accelerator, DistributedType
 from accelerate.logging import get_logger
 
-from draftsmith.runtime.errors import require_space
+from draftsmith.runtime.errors import UserError, require_space
 from draftsmith.runtime.files import write_text
 
 from .checkpointing import (
@@ -26,6 +26,7 @@ from .checkpointing import (
     trainable_bytes,
 )
 from .data import sample_lengths
+from .data_content import CONTENT_KEY, content_change
 from .distributed import configure_deepspeed, shard_kind
 from .method import TrainingMethod
 from .metrics import read_metrics
@@ -147,6 +148,20 @@ def _optimizer(
         optimizer, [from_step(start, schedule_fn) for start in starts]
     )
     return param_groups, optimizer, scheduler
+
+
+def check_same_data(resume_from: Path, content: dict[str, str] | None) -> None:
+    """Refuse, in one line naming the file, to resume a checkpoint trained on data whose content has changed
+    since (a data file edited in place): its steps would continue on other samples than the ones it counted.
+    A checkpoint written before content was recorded, or a run whose content is unknown, is not compared."""
+    if content is None:
+        return
+    change = content_change(read_trainer_state(resume_from).get(CONTENT_KEY), content, every_file=True)
+    if change:
+        raise UserError(
+            f"cannot resume from {resume_from}: the data it was trained on has changed since: {change}; "
+            "train on this data from the start with another output_dir, or restore the data to resume"
+        )
 
 
 def resume_run(run: Run, resume_from: Path, num_samples: int) -> int:
