@@ -16,11 +16,20 @@ figure with the evaluator's steps counted the same way (equal to tau unless a st
 n-gram proposer does); both differences are printed. The evaluator follows two more of vLLM's rules here: the
 ngram drafter continues the earliest occurrence of the longest match, and drafts keep their full depth at
 --max-new-tokens (vLLM's scheduler schedules no partial drafts, and it counts the acceptances that fall past
-max_tokens; the answers are cut at the budget either way). The exit status is 3 when the difference is above
+max_tokens; the answers are cut at the budget either way). vLLM runs without prefix caching: a request whose
+prompt is cached up to its last token is padded to a decoding step with --depth placeholder drafts, which vLLM
+counts as a drafted step with nothing accepted (the warm-up request caches the first prompt, a second turn the
+first). The exit status is 3 when the difference is above
 --max-rel-diff (at T > 0, where the engines sample different answers, above 3 standard errors of the difference
 if that is more) or a lossless check failed.
 
-A drafter family vLLM does not serve (for this target) is refused before anything runs, naming why.
+A drafter family vLLM does not serve (for this target) is refused before anything runs, naming why, and so is
+every other option that could fail later: the --report and --plot paths, matplotlib for --plot, --work-dir and
+--plain-cache, and the long prompts of --context-lengths (checked against the target's positions right after it
+loads). The report is written before the optional plot; a failed plot is one line and the report stays. Without
+--work-dir a failed vLLM run's logs are copied out of the temporary directory (to
+$DRAFTSMITH_CACHE/engine-eval-logs/) and the error names the copies. --plain-cache keys a kept plain run by the
+target's content (its weights, config and tokenizer fingerprints), not by its path.
 
 `--concurrency` and `--context-lengths` then measure where speculation stops paying: vLLM's own server with and
 without the drafter, requests in flight or long prompts (engines/load_curves.py).
@@ -31,8 +40,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -42,8 +54,9 @@ from draftsmith.eval.gate import FAIL
 from draftsmith.eval.settings import EvalArgs
 from draftsmith.models.families import family
 from draftsmith.models.serving import serving_engines
-from draftsmith.runtime.errors import UserError
-from draftsmith.runtime.files import read_json, write_json
+from draftsmith.runtime.display import pyplot
+from draftsmith.runtime.errors import UserError, one_line
+from draftsmith.runtime.files import check_output_file, read_json, sha256_file, user_cache, write_json
 
 from .engine_report import build_report, markdown, plot_curves
 from .load_curves import Level, curves, documents_text, long_prompts
@@ -53,6 +66,20 @@ from .setup import EngineEnv, require_env
 from .vllm_engine import VllmRun, run_worker, speculative_config
 
 MAX_MODEL_LEN_MARGIN = 16  # vLLM's context: the longest prompt + max new tokens + the draft depth, and some
+# The files of a target directory vLLM reads (the tokenizer is not: the prompts are ids), by suffix or name
+TARGET_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+TARGET_FILE_NAMES = ("config.json", "generation_config.json")
+# What a plain run depends on among the target's identity fields (not its path)
+TARGET_IDENTITY_KEYS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "tokenizer_sha256",
+    "chat_template_sha256",
+    "weights_sha256",
+)
+# Under draftsmith's cache: the vLLM logs of a failed run that had no --work-dir
+KEPT_LOGS = "engine-eval-logs"
 
 
 def served_kind(drafter: str, target: Any) -> str:
@@ -105,6 +132,9 @@ def job(
         "max_model_len": min(length, max_positions) if max_positions else length,
         "seed": args.seed,
         "enforce_eager": args.enforce_eager,
+        # vLLM pads a request whose prompt is cached up to its last token to a decoding step with K placeholder
+        # drafts, and counts that step as a draft with none accepted: off, every counted draft is the drafter's
+        "enable_prefix_caching": False,
         "speculative_config": spec,
         "prompts": prompts,
         "max_tokens": args.max_new_tokens,
@@ -117,10 +147,26 @@ def job(
     }
 
 
-def plain_cache_file(folder: str, plain_job: dict[str, Any], engine: str) -> Path:
-    """Where a plain run of exactly this job is kept: named by the sha256 of the job and the engine (its venv's
-    python)."""
-    key = hashlib.sha256(json.dumps([plain_job, engine], sort_keys=True).encode()).hexdigest()[:20]
+def target_fingerprint(target: Any, directory: Path) -> dict[str, Any]:
+    """What vLLM's plain decoding of the target depends on, by content and not by path: the fingerprints its
+    identity records (LM head and final norm, tokenizer, chat template) and the sha256 of every file vLLM
+    reads from `directory` (config, generation config, weights). A target rebuilt at the same path is
+    another target."""
+    identity = target.identity()
+    files = {}
+    if directory.is_dir():
+        for path in sorted(directory.iterdir()):
+            read = path.suffix in TARGET_FILE_SUFFIXES or path.name in TARGET_FILE_NAMES
+            if path.is_file() and (read or path.name.endswith(".index.json")):
+                files[path.name] = sha256_file(path)
+    return {"identity": {k: identity.get(k) for k in TARGET_IDENTITY_KEYS}, "files": files}
+
+
+def plain_cache_file(folder: str, plain_job: dict[str, Any], engine: str, target: dict[str, Any]) -> Path:
+    """Where a plain run of exactly this job is kept: named by the sha256 of the job without the model's path,
+    the target's content (`target_fingerprint`) and the engine (its venv's python)."""
+    content = {k: v for k, v in plain_job.items() if k != "model"}
+    key = hashlib.sha256(json.dumps([content, target, engine], sort_keys=True).encode()).hexdigest()[:20]
     return Path(folder).expanduser() / f"vllm-plain-{key}.json"
 
 
@@ -167,10 +213,15 @@ def export_drafter(args: EngineEvalArgs, work: Path) -> tuple[Path | None, dict[
     return export_dir, read_json(export_dir / "draftsmith_export.json")
 
 
-def plain_run(args: EngineEvalArgs, engine: EngineEnv, plain_job: dict[str, Any], work: Path) -> VllmRun:
-    """vLLM's plain decoding of the job: reused from --plain-cache when an identical job is kept there, else
-    run (and kept there when --plain-cache is given)."""
-    cached = plain_cache_file(args.plain_cache, plain_job, str(engine.python)) if args.plain_cache else None
+def plain_run(
+    args: EngineEvalArgs, engine: EngineEnv, plain_job: dict[str, Any], work: Path, target: Any
+) -> VllmRun:
+    """vLLM's plain decoding of the job: reused from --plain-cache when an identical job on a target with the
+    same content is kept there, else run (and kept there when --plain-cache is given)."""
+    cached = None
+    if args.plain_cache:
+        fingerprint = target_fingerprint(target, Path(plain_job["model"]))
+        cached = plain_cache_file(args.plain_cache, plain_job, str(engine.python), fingerprint)
     if cached is not None and cached.is_file():
         say(args, f"vLLM: plain decoding of the same job, reused from {cached}")
         return VllmRun(**read_json(cached))
@@ -184,7 +235,8 @@ def plain_run(args: EngineEvalArgs, engine: EngineEnv, plain_job: dict[str, Any]
 
 def evaluate(args: EngineEvalArgs, work: Path) -> dict[str, Any]:
     """The evaluator's figures and vLLM's (plain and speculative) on the same prompt ids, as the report; with
-    the load curves when --concurrency or --context-lengths asks for them."""
+    the load curves when --concurrency or --context-lengths asks for them. Every option is checked before the
+    evaluator decodes: the engine, the drafter, the long prompts."""
     # these import torch: here rather than at the top, so `engine-eval --help` stays fast
     from draftsmith.eval.acceptance import evaluate as draftsmith_evaluate
     from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
@@ -192,6 +244,7 @@ def evaluate(args: EngineEvalArgs, work: Path) -> dict[str, Any]:
     engine = require_env(args.engine, args.venv)  # before any decoding: a missing engine is one line
     target = FrozenTarget.load(TargetConfig(path=args.target, dtype="float32"))
     kind = served_kind(args.drafter, target)
+    long = context_levels(args, target)
     export_dir, info = export_drafter(args, work)
     turns: list[Any] = []
     ours = draftsmith_evaluate(evaluator_settings(args), target=target, record=turns)
@@ -201,13 +254,13 @@ def evaluate(args: EngineEvalArgs, work: Path) -> dict[str, Any]:
     prompts = [t.prompt for t in turns]
     stops = sorted(stop_token_ids(target))
     max_positions = getattr(target.model.config, "max_position_embeddings", None)
-    plain = plain_run(args, engine, job(args, prompts, stops, None, max_positions), work)
+    plain = plain_run(args, engine, job(args, prompts, stops, None, max_positions), work, target)
     say(args, f"vLLM: speculative decoding, {json.dumps(spec)}")
     spec_run = run_worker(
         engine, job(args, prompts, stops, spec, max_positions), work / "vllm-speculative.log"
     )
     report = build_report(args, kind, ours, turns, plain, spec_run, spec, engine.spec.package)
-    levels = load_levels(args, target, prompts)
+    levels = [Level("concurrency", c, prompts, c) for c in args.concurrency] + long
     if levels:
         every = [p for level in levels for p in level.prompts]
         report["curves"] = curves(
@@ -221,57 +274,118 @@ def evaluate(args: EngineEvalArgs, work: Path) -> dict[str, Any]:
     return report
 
 
-def load_levels(args: EngineEvalArgs, target: Any, prompts: list[list[int]]) -> list[Level]:
-    """The levels `--concurrency` and `--context-lengths` ask for (empty: no curves)."""
-    levels = [Level("concurrency", c, prompts, c) for c in args.concurrency]
-    if args.context_lengths:
-        docs = documents_text(args.context_data or args.data)
-        if not docs:
+def context_levels(args: EngineEvalArgs, target: Any) -> list[Level]:
+    """The levels `--context-lengths` asks for (long prompts cut from --context-data), built right after the
+    target loads: a length past its positions or documents without text is one line before anything runs."""
+    if not args.context_lengths:
+        return []
+    limit = getattr(target.model.config, "max_position_embeddings", None)
+    for length in args.context_lengths:
+        if limit is not None and length + args.max_new_tokens + MAX_MODEL_LEN_MARGIN > limit:
             raise UserError(
-                f"--context-data {args.context_data or args.data}: no text to build long prompts from"
+                f"--context-lengths {length}: with --max-new-tokens {args.max_new_tokens} it passes the "
+                f"target's {limit} positions"
             )
-        limit = getattr(target.model.config, "max_position_embeddings", None)
-        for length in args.context_lengths:
-            if limit is not None and length + args.max_new_tokens + MAX_MODEL_LEN_MARGIN > limit:
-                raise UserError(
-                    f"--context-lengths {length}: with --max-new-tokens {args.max_new_tokens} it passes the "
-                    f"target's {limit} positions"
-                )
-            levels.append(
-                Level(
-                    "context_tokens",
-                    length,
-                    long_prompts(target.tokenizer, docs, length, args.context_prompts),
-                    1,
-                )
-            )
-    return levels
+    source = args.context_data or args.data
+    docs = documents_text(source)
+    if not docs:
+        raise UserError(f"--context-data {source}: no text to build long prompts from")
+    return [
+        Level("context_tokens", n, long_prompts(target.tokenizer, docs, n, args.context_prompts), 1)
+        for n in args.context_lengths
+    ]
+
+
+def check_outputs(args: EngineEvalArgs) -> None:
+    """Everything the end of the run writes, checked before anything loads: the --report and --plot files,
+    matplotlib for --plot, the --work-dir and --plain-cache directories."""
+    if args.report:
+        check_output_file(Path(args.report), "--report")
+    if args.plot:
+        check_output_file(Path(args.plot), "--plot")
+        pyplot()  # one line naming the install when matplotlib is missing
+    for flag, folder in (("--work-dir", args.work_dir), ("--plain-cache", args.plain_cache)):
+        if folder:
+            check_output_dir(Path(folder), flag)
+
+
+def check_output_dir(folder: Path, flag: str) -> None:
+    """Refuse, before any work, a directory that could not be written: it is a file, or its nearest existing
+    parent is a file or not writable. One line naming `flag`."""
+    folder = folder.expanduser()
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
+    if existing == folder and not folder.is_dir():
+        raise UserError(f"{flag} {folder} is a file; name a directory")
+    if not existing.is_dir():
+        raise UserError(f"{flag} {folder}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {folder}: {existing} is not writable; choose a directory you can write to")
+
+
+def keep_logs(work: Path) -> Path | None:
+    """Copies of the vLLM logs in `work` (a temporary directory about to be deleted) in a lasting folder
+    under draftsmith's cache; None when there are none or they cannot be copied."""
+    logs = sorted(work.glob("*.log"))
+    if not logs:
+        return None
+    kept = user_cache() / KEPT_LOGS / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    try:
+        kept.mkdir(parents=True, exist_ok=True)
+        for log in logs:
+            shutil.copy2(log, kept / log.name)
+    except OSError:
+        return None
+    return kept
 
 
 def measure(args: EngineEvalArgs) -> dict[str, Any]:
-    """The report, with the export and vLLM's logs in --work-dir (kept) or a temporary directory."""
+    """The report, with the export and vLLM's logs in --work-dir (kept) or a temporary directory; when a run
+    in the temporary directory fails, its logs are kept (`keep_logs`) and the error names the copies."""
     if args.work_dir:
         work = Path(args.work_dir).expanduser()
         work.mkdir(parents=True, exist_ok=True)
         return evaluate(args, work)
     with tempfile.TemporaryDirectory(prefix="draftsmith-engine-eval-") as tmp:
-        return evaluate(args, Path(tmp))
+        try:
+            return evaluate(args, Path(tmp))
+        except Exception as err:
+            kept = keep_logs(Path(tmp))
+            if kept is None:
+                raise
+            message = one_line(err)
+            if message is None:  # a bug keeps its traceback; the logs are kept all the same
+                print(f"vLLM's logs: {kept}", file=sys.stderr)
+                raise
+            named = message.replace(tmp, str(kept))
+            raise UserError(named if named != message else f"{message} (vLLM's logs: {kept})") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
     return build_settings_parser(__doc__ or "")
 
 
+def draw(report: dict[str, Any], args: EngineEvalArgs) -> None:
+    """The --plot PNG, after the report is written: a failure is one line saying where the report is."""
+    assert args.plot is not None
+    try:
+        plot_curves(report, Path(args.plot))
+    except Exception as err:  # the plot is optional: whatever failed, the measurement is kept
+        why = one_line(err) or f"{type(err).__name__}: {err}"
+        kept = f"the report is in {args.report}" if args.report else "the comparison is above"
+        raise UserError(f"--plot {args.plot}: the plot was not drawn ({why}); {kept}") from None
+    print(f"plot: {args.plot}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_engine_eval_args(build_parser(), argv)
+    check_outputs(args)
     report = measure(args)
     print(markdown(report))
-    if args.plot:
-        plot_curves(report, Path(args.plot))
-        print(f"plot: {args.plot}")
-    if args.report:
+    if args.report:  # the measurement first: an optional plot that fails must not lose it
         write_json(Path(args.report), report)
         print(f"report: {args.report}")
+    if args.plot:
+        draw(report, args)
     if not report["tau_agrees"] or report["lossless"] is False:
         print(
             "engine-eval failed: " + ("tau differs" if not report["tau_agrees"] else "not lossless"),

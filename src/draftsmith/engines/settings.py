@@ -165,6 +165,8 @@ def parse_engine_eval_args(parser: argparse.ArgumentParser, argv: Sequence[str] 
         raise UserError("--plot draws the curves of --concurrency or --context-lengths: pass one of them")
     if args.context_prompts < 1:
         raise UserError("--context-prompts must be >= 1")
+    if args.context_data and not levels["context_lengths"]:
+        raise UserError("--context-data holds the documents of --context-lengths: pass --context-lengths too")
     return EngineEvalArgs(**(vars(args) | levels))
 
 

