@@ -142,7 +142,8 @@ def load_target(args: EvalArgs) -> FrozenTarget:
     device = torch.device(
         ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     )
-    return FrozenTarget.load(TargetConfig(path=args.target, dtype=args.dtype), device)
+    config = TargetConfig(path=args.target, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    return FrozenTarget.load(config, device)
 
 
 def draft_shape(args: EvalArgs, drafter: Drafter, sampling: Sampling) -> tuple[int, TreeShape]:

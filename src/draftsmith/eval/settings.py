@@ -80,6 +80,12 @@ class EvalArgs:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
         default="auto", metadata={"help": "The target's (and drafter's) dtype."}
     )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the modeling code the target ships (config.json `auto_map`); only for code you trust."
+        },
+    )
     kv_cache: Literal["auto", "fp8"] = field(
         default="auto",
         metadata={
