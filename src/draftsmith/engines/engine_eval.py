@@ -132,6 +132,7 @@ def job(
         "max_model_len": min(length, max_positions) if max_positions else length,
         "seed": args.seed,
         "enforce_eager": args.enforce_eager,
+        "trust_remote_code": args.trust_remote_code,
         # vLLM pads a request whose prompt is cached up to its last token to a decoding step with K placeholder
         # drafts, and counts that step as a draft with none accepted: off, every counted draft is the drafter's
         "enable_prefix_caching": False,
@@ -192,6 +193,7 @@ def evaluator_settings(args: EngineEvalArgs) -> EvalArgs:
         draft_sample_method=args.draft_sample_method,
         check_lossless=args.temperature == 0,
         dtype="float32",
+        trust_remote_code=args.trust_remote_code,
         ngram_min=args.ngram_min,
         ngram_max=args.ngram_max,
         ngram_match="earliest",  # vLLM's proposer continues the earliest occurrence of the longest match
@@ -242,7 +244,8 @@ def evaluate(args: EngineEvalArgs, work: Path) -> dict[str, Any]:
     from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
 
     engine = require_env(args.engine, args.venv)  # before any decoding: a missing engine is one line
-    target = FrozenTarget.load(TargetConfig(path=args.target, dtype="float32"))
+    config = TargetConfig(path=args.target, dtype="float32", trust_remote_code=args.trust_remote_code)
+    target = FrozenTarget.load(config)
     kind = served_kind(args.drafter, target)
     long = context_levels(args, target)
     export_dir, info = export_drafter(args, work)

@@ -143,6 +143,8 @@ def run_server(
     extra = []
     if job["speculative_config"] is not None:
         extra = ["--speculative-config", json.dumps(job["speculative_config"])]
+    if job.get("trust_remote_code"):
+        extra.append("--trust-remote-code")
     length = job["max_model_len"]
     eager = job["enforce_eager"]
     with serve(

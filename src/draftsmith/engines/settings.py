@@ -61,6 +61,12 @@ class EngineEvalArgs:
         default=None, metadata={"help": "the engine's venv (default: where engine-setup puts it)"}
     )
     enforce_eager: bool = field(default=False, metadata={"help": "vLLM without torch.compile (faster start)"})
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "run the modeling code the target ships (config.json `auto_map`), here and in vLLM"
+        },
+    )
     max_rel_diff: float = field(
         default=0.03,
         metadata={

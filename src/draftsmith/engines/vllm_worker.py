@@ -78,6 +78,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "disable_log_stats": False,  # get_metrics() needs the stat loggers
         "skip_tokenizer_init": True,
         "enforce_eager": job["enforce_eager"],
+        "trust_remote_code": job.get("trust_remote_code", False),
         # off unless the job says otherwise: a prompt cached up to its last token would be padded to a step of
         # placeholder drafts that vLLM counts as a draft with none accepted (engine_eval.job)
         "enable_prefix_caching": job.get("enable_prefix_caching", False),
