@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 SUITES = ["tests/reliability", "tests/recipes/test_run_safety.py", "tests/recipes/test_mid_run_faults.py"]
 
 
-def run(out: Path) -> tuple[list[dict], list[tuple[str, str]]]:
-    """Run the suites; returns the catalogue's per-case records and `(test, outcome)` of every test."""
+def run(out: Path) -> tuple[list[dict], list[tuple[str, str, str]]]:
+    """Run the suites; returns the catalogue's per-case records and `(module, test, outcome)` of every test."""
     records, junit = out / "catalogue.jsonl", out / "junit.xml"
     env = {**os.environ, "DRAFTSMITH_CATALOGUE": str(records)}
     subprocess.run(
@@ -38,7 +38,8 @@ def run(out: Path) -> tuple[list[dict], list[tuple[str, str]]]:
     for case in ET.parse(junit).getroot().iter("testcase"):
         failed = any(child.tag in ("failure", "error") for child in case)
         skipped = any(child.tag == "skipped" for child in case)
-        outcomes.append((case.get("name", ""), "failed" if failed else "skipped" if skipped else "passed"))
+        outcome = "failed" if failed else "skipped" if skipped else "passed"
+        outcomes.append((case.get("classname", ""), case.get("name", ""), outcome))
     return rows, outcomes
 
 
@@ -58,26 +59,28 @@ RESUMING = (
 _TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/[^/\s]+?\d+(?=[/\s:,)]|$)")
 
 
-def table(rows: list[dict], outcomes: list[tuple[str, str]]) -> str:
+def table(rows: list[dict], outcomes: list[tuple[str, str, str]]) -> str:
     out = ["| case | exit | what the user reads (one line) | nothing changed |", "|---|---|---|---|"]
     for r in rows:
-        line = _TMP.sub("DIR", r["error"]).replace("|", "\\\\|")  # the case's temporary directory as DIR
+        line = _TMP.sub("DIR", r["error"]).replace("|", "\\|")  # the case's temporary directory as DIR
         line = line if len(line) <= 140 else line[:137] + "..."
         out.append(f"| {r['case']} | {r['exit']} | {line} | {'yes' if r['unchanged'] else 'NO'} |")
-    safety = [(n, o) for n, o in outcomes if not n.startswith("test_fault_is_one_clear_line")]
+    catalogue = [(n, o) for m, n, o in outcomes if m.startswith("tests.reliability")]
+    safety = [(n, o) for m, n, o in outcomes if not m.startswith("tests.reliability")]
     out += ["", "| run-safety test (a training run through the CLI) | outcome |", "|---|---|"]
     out += [f"| {name} | {outcome} |" for name, outcome in safety]
-    passed = sum(o == "passed" for _, o in outcomes)
+    passed = sum(o == "passed" for _, _, o in outcomes)
     resumes = [o for n, o in safety if n.startswith(RESUMING)]
     clear = sum(1 for r in rows if r["exit"] != 0 and not r["traceback"])
     out += [
         "",
-        f"Totals: {len(outcomes)} cases ({len(rows)} command-line faults + {len(safety)} run-safety "
-        f"tests), {passed} passed; {clear} of {len(rows)} command-line faults end in one clear line with a "
+        f"Totals: {len(outcomes)} tests, {passed} passed: {len(catalogue)} in tests/reliability ({len(rows)} "
+        f"recorded fault cases, the rest checks of what follows a fault: the rerun, the retry, the rows kept) "
+        f"and {len(safety)} run-safety tests. {clear} of {len(rows)} fault cases end in one clear line with a "
         f"non-zero exit; tracebacks: {sum(bool(r['traceback']) for r in rows)}; silent results (exit 0): "
-        f"{sum(r['exit'] == 0 for r in rows)}; data changed: "
-        f"{sum(not r['unchanged'] for r in rows)}; runs that must equal the uninterrupted run bit for bit: "
-        f"{sum(o == 'passed' for o in resumes)} of {len(resumes)}.",
+        f"{sum(r['exit'] == 0 for r in rows)}; data changed: {sum(not r['unchanged'] for r in rows)}; runs "
+        f"that must equal the uninterrupted run bit for bit: {sum(o == 'passed' for o in resumes)} of "
+        f"{len(resumes)}.",
     ]
     return "\n".join(out)
 
@@ -91,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         rows, outcomes = run(Path(tmp))
     print(table(rows, outcomes))
-    return 0 if outcomes and all(o == "passed" for _, o in outcomes) else 1
+    return 0 if outcomes and all(o == "passed" for _, _, o in outcomes) else 1
 
 
 if __name__ == "__main__":
