@@ -56,13 +56,16 @@ RESUMING = (
     "test_a_disk",
     "test_a_filesystem",
 )
+_PORT = re.compile(r"127\.0\.0\.1:\d{4,5}")  # the fake server's port, new each run
 _TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/[^/\s]+?\d+(?=[/\s:,)]|$)")
 
 
 def table(rows: list[dict], outcomes: list[tuple[str, str, str]]) -> str:
     out = ["| case | exit | what the user reads (one line) | nothing changed |", "|---|---|---|---|"]
     for r in rows:
-        line = _TMP.sub("DIR", r["error"]).replace("|", "\\|")  # the case's temporary directory as DIR
+        line = _PORT.sub("127.0.0.1:PORT", _TMP.sub("DIR", r["error"])).replace(
+            "|", "\\|"
+        )  # temporary directories
         line = line if len(line) <= 140 else line[:137] + "..."
         out.append(f"| {r['case']} | {r['exit']} | {line} | {'yes' if r['unchanged'] else 'NO'} |")
     catalogue = [(n, o) for m, n, o in outcomes if m.startswith("tests.reliability")]

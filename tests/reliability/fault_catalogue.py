@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -34,7 +35,7 @@ def record(case: str, code: str | int | None, err: str, unchanged: bool) -> None
     row = {
         "case": case,
         "exit": code,
-        "error": errors[0] if errors else err[-200:],
+        "error": errors[0] if errors else " ".join(err.split())[-200:],
         "unchanged": unchanged,
         "traceback": "Traceback" in err,
     }
@@ -52,3 +53,23 @@ def check_one_line(case: str, code: str | int | None, err: str, expected: str, u
     assert expected in errors[0], errors[0]
     assert unchanged, f"{case}: a file that existed before was changed"
     return errors[0]
+
+
+def run_cli(argv: list[str], capsys: Any) -> tuple[str | int | None, str]:
+    """`draftsmith ARGV` in this process (the function the console script calls, so an exception that escaped
+    would show as a traceback), returning its exit status (argparse's usage errors: 2) and its stderr."""
+    from draftsmith.scripts.cli import main as cli
+
+    capsys.readouterr()  # what earlier steps of the case printed is not the case's output
+    try:
+        code: str | int | None = cli(argv)
+    except SystemExit as exit_:  # argparse's usage errors: `usage: ...` then `PROG: error: ...`, status 2
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
+def run_case(argv: list[str], capsys: Any, root: Path) -> tuple[str | int | None, str, bool]:
+    """`run_cli`, and whether every file under `root` is as it was before (nothing changed, nothing added)."""
+    before = snapshot(root)
+    code, err = run_cli(argv, capsys)
+    return code, err, snapshot(root) == before

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fault_catalogue import check_one_line, snapshot
+from fault_catalogue import check_one_line, run_case
 
 from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle import EagleConfig
@@ -676,10 +676,5 @@ def test_fault_is_one_clear_line_and_changes_nothing(case, world, capsys, monkey
     )  # recipes/ paths as a user in a checkout types them
     setup, expected = CASES[case]
     argv = setup(world)  # builds the damaged copies first: they are part of "before"
-    before = snapshot(world.root)
-    try:
-        code: str | int | None = cli(argv)
-    except SystemExit as exit_:  # argparse's usage errors: `usage: ...` then `PROG: error: ...`, status 2
-        code = exit_.code
-    err = capsys.readouterr().err
-    check_one_line(case, code, err, expected, snapshot(world.root) == before)
+    code, err, unchanged = run_case(argv, capsys, world.root)
+    check_one_line(case, code, err, expected, unchanged)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_catalogue import check_one_line, snapshot
+from fault_catalogue import check_one_line, run_case, snapshot
 
 from draftsmith.engines import engine_eval
 from draftsmith.engines.setup import MARKER, VLLM_CPU
@@ -116,22 +116,16 @@ def test_a_bad_option_is_one_line_before_anything_is_measured(case, world, capsy
     argv, expected, setup = BEFORE_MEASURING[case]
     if setup is not None:
         setup(monkeypatch)
-    before = snapshot(world.root)
-    code = cli(argv(world))
-    err = capsys.readouterr().err
-    check_one_line(case, code, err, expected, snapshot(world.root) == before)
+    code, err, unchanged = run_case(argv(world), capsys, world.root)
+    check_one_line(case, code, err, expected, unchanged)
 
 
 def test_a_failed_vllm_run_names_logs_that_still_exist(world, capsys, monkeypatch, tmp_path):
     """Without --work-dir the logs live in a temporary directory deleted on the way out: the error names the
     copies kept under draftsmith's cache, which hold vLLM's own last words."""
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "cache"))
-    before = snapshot(world.root)
-    code = cli(_argv(world))
-    err = capsys.readouterr().err
-    line = check_one_line(
-        "engine-eval-vllm-fails-without-work-dir", code, err, FAKE_VLLM_ERROR, snapshot(world.root) == before
-    )
+    code, err, unchanged = run_case(_argv(world), capsys, world.root)
+    line = check_one_line("engine-eval-vllm-fails-without-work-dir", code, err, FAKE_VLLM_ERROR, unchanged)
     named = re.search(r"full log: (\S+?)\)", line)
     assert named, line
     log = Path(named.group(1))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fault_catalogue import check_one_line, snapshot
+from fault_catalogue import check_one_line, run_case
 
 from draftsmith.scripts.cli import main as cli
 
@@ -173,13 +173,8 @@ def test_loading_fault_is_one_clear_line_and_changes_nothing(case, world, capsys
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     setup, expected = CASES[case]
     argv = setup(world)  # builds the damaged copies first: they are part of "before"
-    before = snapshot(world.root)
-    try:
-        code: str | int | None = cli(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    err = capsys.readouterr().err
-    check_one_line(case, code, err, expected, snapshot(world.root) == before)
+    code, err, unchanged = run_case(argv, capsys, world.root)
+    check_one_line(case, code, err, expected, unchanged)
 
 
 def test_chat_data_of_content_part_lists_reads_as_text(world, tmp_path, capsys, monkeypatch):

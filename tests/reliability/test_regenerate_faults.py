@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from fake_openai import MODELS, FakeOpenAI, Reply, as_json, completion, lie, refuse
-from fault_catalogue import check_one_line, record, snapshot
+from fault_catalogue import check_one_line, record, run_case, run_cli
 
 from draftsmith.data.conversations import read_conversations
 from draftsmith.runtime import http
@@ -50,12 +50,25 @@ def regen(url: str, data: Path, out: Path) -> list[str]:
     return ["data", "regenerate", "--endpoint", url, "--data", str(data), "--out", str(out), "--no-progress"]
 
 
-def run_cli(argv: list[str], capsys) -> tuple[int | str | None, str]:
-    try:
-        code: int | str | None = cli(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, capsys.readouterr().err
+def start_regenerate(url: str, data: Path, out: Path, concurrency: str, stderr: int) -> subprocess.Popen:
+    """`draftsmith data regenerate` in a process of its own (to be interrupted or killed), stderr as text."""
+    argv = [
+        sys.executable,
+        "-m",
+        "draftsmith.scripts.cli",
+        *regen(url, data, out),
+        "--concurrency",
+        concurrency,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    return subprocess.Popen(argv, stderr=stderr, text=True, env=env)
+
+
+def wait_rows(out: Path, n: int) -> None:
+    """Until OUT holds `n` complete lines (or a minute has passed)."""
+    deadline = time.monotonic() + 60
+    while (out.read_bytes().count(b"\n") if out.is_file() else 0) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def rows_of(out: Path) -> list[dict]:
@@ -225,19 +238,8 @@ def test_ctrl_c_ends_the_run_at_once_in_one_line_and_the_rerun_completes(server,
         return Reply(200, slow, trickle_s=0.0 if n < 4 else 0.5)  # 4 quick answers, then ~100 s each
 
     server.chat = chat
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    argv = [
-        sys.executable,
-        "-m",
-        "draftsmith.scripts.cli",
-        *regen(server.url, data, out),
-        "--concurrency",
-        "1",
-    ]
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 60
-    while len(rows_of(out)) < 4 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    proc = start_regenerate(server.url, data, out, "1", stderr=subprocess.PIPE)
+    wait_rows(out, 4)
     time.sleep(0.3)  # the fifth answer is now trickling
     proc.send_signal(signal.SIGINT)
     sent = time.monotonic()
@@ -257,19 +259,8 @@ def test_ctrl_c_ends_the_run_at_once_in_one_line_and_the_rerun_completes(server,
 def test_a_killed_run_loses_no_row_and_keeps_none_twice(server, tmp_path):
     data, out = chats(tmp_path / "in.jsonl", 30), tmp_path / "out.jsonl"
     server.chat = lambda body: Reply(200, json.dumps(completion("w" * 50)).encode(), trickle_s=0.002)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    argv = [
-        sys.executable,
-        "-m",
-        "draftsmith.scripts.cli",
-        *regen(server.url, data, out),
-        "--concurrency",
-        "3",
-    ]
-    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 60
-    while len(rows_of(out)) < 6 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    proc = start_regenerate(server.url, data, out, "3", stderr=subprocess.DEVNULL)
+    wait_rows(out, 6)
     proc.kill()
     proc.wait()
     with out.open("a") as f:  # and the half-written line a kill inside a write leaves
@@ -339,9 +330,8 @@ def _with_meta(tmp: Path, text: str) -> Path:
 def test_a_bad_input_is_one_line_and_changes_nothing(case, server, tmp_path, capsys):
     data = chats(tmp_path / "in.jsonl", 3)
     argv = INPUT_FAULTS[case][0](tmp_path, data, server.url)
-    before = snapshot(tmp_path)
-    code, err = run_cli(argv, capsys)
-    check_one_line(case, code, err, INPUT_FAULTS[case][1], snapshot(tmp_path) == before)
+    code, err, unchanged = run_case(argv, capsys, tmp_path)
+    check_one_line(case, code, err, INPUT_FAULTS[case][1], unchanged)
     assert server.asked == []  # refused before a single request
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fault_catalogue import check_one_line, error_lines, snapshot
+from fault_catalogue import check_one_line, error_lines, run_case
 
 from draftsmith.scripts.cli import main as cli
 
@@ -148,14 +148,8 @@ CASES: dict[str, tuple[Callable[[World], list[str]], str]] = {
 def test_a_changed_input_is_refused_in_one_line_and_changes_nothing(case, world, capsys):
     setup, expected = CASES[case]
     argv = setup(world)  # builds and edits first: part of "before"
-    capsys.readouterr()
-    before = snapshot(world.root)
-    try:
-        code: str | int | None = cli(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    err = capsys.readouterr().err
-    line = check_one_line(case, code, err, expected, snapshot(world.root) == before)
+    code, err, unchanged = run_case(argv, capsys, world.root)
+    line = check_one_line(case, code, err, expected, unchanged)
     edited = next((a[len("data.train=[") : -1] for a in argv if a.startswith("data.train=[")), "")
     assert edited and edited in line  # the line names the data file
 

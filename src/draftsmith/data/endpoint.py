@@ -87,7 +87,8 @@ def refused(err: RequestRejected, route: str) -> ServerRefused:
     advice = _ADVICE.get(
         err.status, "check that --endpoint is an OpenAI-compatible API root, e.g. http://HOST:8000/v1"
     )
-    return ServerRefused(f"{route}: {err}; nothing was marked failed: {advice}, then rerun to continue")
+    said = str(err) if str(err).startswith(route) else f"{route}: {err}"  # a ProtocolError names the route
+    return ServerRefused(f"{said}; nothing was marked failed: {advice}, then rerun to continue")
 
 
 @dataclass
