@@ -88,7 +88,7 @@ def refused(err: RequestRejected, route: str) -> ServerRefused:
         err.status, "check that --endpoint is an OpenAI-compatible API root, e.g. http://HOST:8000/v1"
     )
     said = str(err) if str(err).startswith(route) else f"{route}: {err}"  # a ProtocolError names the route
-    return ServerRefused(f"{said}; nothing was marked failed: {advice}, then rerun to continue")
+    return ServerRefused(f"{said}; nothing was marked failed: {advice}")
 
 
 @dataclass

@@ -110,7 +110,7 @@ def served_model(client: EndpointClient, asked: str | None) -> dict[str, Any]:
     except ServerUnavailable as err:
         raise UserError(f"--endpoint: {err}; is the server running?") from None
     except ServerRefused as err:
-        raise UserError(str(err).replace("then rerun to continue", "then rerun")) from None
+        raise UserError(str(err)) from None
     names = [str(m.get("id")) for m in models]
     if asked is None and len(names) != 1:
         raise UserError(f"--endpoint serves {len(names)} models ({', '.join(names)}): pick one with --model")
@@ -189,8 +189,7 @@ class FirstAnswer:
         reason = self.held[-1][1].reason
         return ServerRefused(
             f"the server refused the first {len(self.held)} conversations and answered none ({reason}); this "
-            "looks like the server's setting, not the conversations': nothing was marked failed; fix it, then "
-            "rerun to continue"
+            "looks like the server's setting, not the conversations': nothing was marked failed; fix it"
         )
 
 
