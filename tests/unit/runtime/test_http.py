@@ -81,3 +81,29 @@ def test_error_messages_are_read_from_openai_style_bodies():
         error_message("  <html><title>502 Bad Gateway</title></html> ") == "an HTML page ('502 Bad Gateway')"
     )
     assert error_message("plain words") == "plain words"
+
+
+def test_the_deadline_covers_the_whole_answer_and_abort_ends_a_request_at_once():
+    import time
+
+    from fake_openai import FakeOpenAI, Reply
+
+    from draftsmith.runtime.http import Aborted, ProtocolError
+
+    with FakeOpenAI() as srv:
+        srv.models = lambda body: Reply(200, b'{"data": []}' + b" " * 200, trickle_s=0.02)  # about 4 s in all
+        start = time.monotonic()
+        with pytest.raises(ServerUnavailable, match=r"no complete answer within the 0.5 s deadline"):
+            HttpClient(srv.url, timeout_s=0.5, retries=0).request("GET", "/models")
+        assert time.monotonic() - start < 2
+        client = HttpClient(srv.url, timeout_s=60, retries=0)
+        threading.Timer(0.3, client.abort).start()
+        start = time.monotonic()
+        with pytest.raises(Aborted):
+            client.request("GET", "/models")
+        assert time.monotonic() - start < 2
+        srv.models = lambda body: Reply(200, b"[1, 2]")
+        with pytest.raises(
+            ProtocolError, match=r"answered 200 application/json with JSON that is not an object"
+        ):
+            HttpClient(srv.url, retries=3).request("GET", "/models")  # not retried: something else answers
