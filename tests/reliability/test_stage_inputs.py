@@ -8,7 +8,6 @@ Cases run in-process through `draftsmith.scripts.cli.main`, as in test_catalogue
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 from fault_catalogue import check_one_line, error_lines, run_case
 
+from draftsmith.runtime.files import sha256_file
 from draftsmith.scripts.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,10 +48,6 @@ def write_data(path: Path, first: int = 0, count: int = 20) -> Path:
     convs = read_conversations("stdlib:train", limit=first + count)[first:]
     path.write_text("".join(json.dumps({"messages": c.messages}) + "\n" for c in convs))
     return path
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def cache_args(w: World, data: Path, cache: Path) -> list[str]:
@@ -157,9 +153,9 @@ def test_a_changed_input_is_refused_in_one_line_and_changes_nothing(case, world,
 def test_the_line_names_both_contents_and_what_to_do(world, capsys):
     """The exact lines of an edit in place, against the sha256 of the file's two versions."""
     data, cache = _cached(world, "cache-exact")
-    old = sha256(data)
+    old = sha256_file(data)
     _edit(data)
-    new = sha256(data)
+    new = sha256_file(data)
     capsys.readouterr()
     assert cli([*cache_args(world, data, cache), "--shard-tokens", "300", *SMALL]) == 1
     assert error_lines(capsys.readouterr().err) == [
@@ -167,9 +163,9 @@ def test_the_line_names_both_contents_and_what_to_do(world, capsys):
         f"(sha256 {old[:12]} then, {new[:12]} now); choose another data.cache directory or delete this one"
     ]
     data, out = _trained(world, "run-exact")
-    old = sha256(data)
+    old = sha256_file(data)
     _edit(data)
-    new = sha256(data)
+    new = sha256_file(data)
     capsys.readouterr()
     assert cli([*train_args(world, data, out), *SMALL, *TRAIN, "--resume"]) == 1
     assert error_lines(capsys.readouterr().err) == [
@@ -183,7 +179,7 @@ def test_the_same_content_is_reused(world, capsys):
     """Controls: the same bytes (rewritten, or copied under another name) reuse the cache and resume the run;
     what each recorded is the sha256 of the file."""
     data, cache = _cached(world, "cache-same")
-    recorded = {str(data): sha256(data)}
+    recorded = {str(data): sha256_file(data)}
     assert json.loads((cache / "index.json").read_text())["data_sha256"] == recorded
     write_data(data)  # the same bytes, rewritten
     shards = {p: p.stat().st_mtime_ns for p in cache.glob("*.safetensors")}
@@ -197,7 +193,7 @@ def test_the_same_content_is_reused(world, capsys):
     assert training["data_sha256"] == recorded  # the content the cache's samples came from
 
     data, out = _trained(world, "run-same")
-    recorded = {str(data): sha256(data)}
+    recorded = {str(data): sha256_file(data)}
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["data_sha256"] == recorded
     assert json.loads((out / "final" / "config.json").read_text())["training"]["data_sha256"] == recorded

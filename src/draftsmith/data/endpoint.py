@@ -82,13 +82,13 @@ _ADVICE = {
 }
 
 
-def refused(err: RequestRejected, route: str) -> ServerRefused:
-    """The run-stopping error for a refusal that is the server's (see the module), in one line."""
+def refused(err: RequestRejected) -> ServerRefused:
+    """The run-stopping error for a refusal that is the server's (see the module), in one line (the client's
+    error names the URL, the status and the server's message)."""
     advice = _ADVICE.get(
         err.status, "check that --endpoint is an OpenAI-compatible API root, e.g. http://HOST:8000/v1"
     )
-    said = str(err) if str(err).startswith(route) else f"{route}: {err}"  # a ProtocolError names the route
-    return ServerRefused(f"{said}; nothing was marked failed: {advice}")
+    return ServerRefused(f"{err}; nothing was marked failed: {advice}")
 
 
 @dataclass
@@ -103,7 +103,7 @@ class EndpointClient(HttpClient):
         try:
             listing = self.request("GET", "/models").get("data")
         except RequestRejected as err:  # every status here is the server's: the run has not begun
-            raise refused(err, route) from None
+            raise refused(err) from None
         if not isinstance(listing, list) or not all(isinstance(m, dict) and m.get("id") for m in listing):
             raise ServerRefused(
                 f"{route} answered a model list without a `data` list of models with an `id` each "
@@ -122,7 +122,7 @@ class EndpointClient(HttpClient):
             out = self._ask(body)
         except RequestRejected as err:
             if isinstance(err, ProtocolError) or err.status not in CONVERSATION_STATUS:
-                raise refused(err, route) from None
+                raise refused(err) from None
             raise
         try:
             return completion(out)

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from draftsmith.runtime.errors import UserError
+from draftsmith.runtime.errors import Interrupted, UserError
 from draftsmith.runtime.files import write_json, write_text
 
 from .formats import Conversation
@@ -273,12 +273,17 @@ class RegenOutput:
         with _naming_close(self.out.open("a")) as rows, _naming_close(self.failed_path.open("a")) as failures:
             yield RowWriter(rows, failures)
 
-    def finish(self, **outcome: Any) -> None:
-        """Store this run's `outcome` (its counts, ...) in the meta file: as the latest, and in `runs` after
-        the earlier runs' (a resumed output keeps every run's record)."""
+    def finish(self, counts: dict[str, Any], **outcome: Any) -> None:
+        """Store this run's `counts` and `outcome` in the meta file: as the latest, and in `runs` after the
+        earlier runs' (a resumed output keeps every run's record). A run the user stopped (`counts`
+        "interrupted") then ends in `Interrupted`, saying how many rows OUT keeps."""
+        outcome = {"counts": counts, **outcome}
         self.meta |= outcome
         self.meta["runs"] = [*self.meta.get("runs", []), outcome]
         write_json(self.meta_path, self.meta)
+        if counts.get("interrupted"):
+            kept = self.rows_before + counts["written"]
+            raise Interrupted(f"interrupted: {kept} rows kept in {self.out}, rerun to continue")
 
 
 def check_out_path(out: Path, data: str) -> None:

@@ -6,8 +6,8 @@ What a request can meet, and what the client does:
 
 - the server is unreachable, misses the deadline, or answers 408 / 429 / 5xx: retried `retries` times with
   exponential backoff; then `ServerUnavailable`;
-- any other status (a 4xx, a redirect): `RequestRejected` with the status and the server's own message (the
-  `error.message` of an OpenAI-style body; an HTML page is named as one, with its title);
+- any other status (a 4xx, a redirect): `RequestRejected` with the URL, the status and the server's own message
+  (the `error.message` of an OpenAI-style body; an HTML page is named as one, with its title);
 - a 2xx whose body is not what was asked for (not UTF-8, not JSON, JSON that is not an object):
   `ProtocolError`, not retried: something other than the expected server answers at that address.
 
@@ -111,7 +111,7 @@ class HttpClient:
             text = raw.decode(errors="replace")
             problem = f"HTTP {status}: {error_message(text)}"
             if status not in RETRY_STATUS:
-                raise RequestRejected(problem, status)
+                raise RequestRejected(f"{self.base}{path}: {problem}", status)
         if self.stop.is_set():
             raise Aborted(f"{self.base}{path}: the run is stopping")
         raise ServerUnavailable(f"{self.base}{path} did not answer after {self.retries} retries ({problem})")

@@ -302,7 +302,7 @@ def test_retries_then_refusals_are_recorded_and_counts_add_up(server, tmp_path):
         f["index"]: f["reason"] for f in map(json.loads, out.with_name("out.jsonl.failed.jsonl").open())
     }
     assert "maximum context length is 1024" in failed[2] and failed[2].startswith(
-        "the server refused it: HTTP 400"
+        f"the server refused it: {srv.url}/chat/completions: HTTP 400"
     )
     assert "no user turn" in failed[3]
     assert len(srv.requests) == 3 + 4 + 1  # three refused, four answered, one refused for good

@@ -40,7 +40,7 @@ from draftsmith.data.regen_output import (
     new_counts,
     run_meta,
 )
-from draftsmith.runtime.errors import Interrupted, UserError
+from draftsmith.runtime.errors import UserError
 from draftsmith.runtime.http import Aborted, RequestRejected, ServerUnavailable
 
 from .regenerate_settings import RegenerateArgs
@@ -74,11 +74,7 @@ def regenerate_via_endpoint(settings: RegenerateArgs) -> dict[str, Any]:
             counts["interrupted"] = True
     bar.close()
     counts["seconds"] = time.perf_counter() - start
-    output.finish(counts=counts, tool_choice=client.tool_choice)
-    if counts.get("interrupted"):
-        raise Interrupted(
-            f"interrupted: {output.rows_before + counts['written']} rows kept in {settings.out}, rerun to continue"
-        )
+    output.finish(counts, tool_choice=client.tool_choice)  # raises Interrupted after Ctrl-C
     if stopped is not None:
         raise UserError(
             f"{stopped}; {counts['written']} conversations written and {counts['failed']} failed this run, "

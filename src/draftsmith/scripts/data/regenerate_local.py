@@ -27,7 +27,6 @@ from draftsmith.data.regen_output import (
     run_meta,
 )
 from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
-from draftsmith.runtime.errors import Interrupted
 from draftsmith.runtime.tokens import left_pad
 
 from .regenerate_settings import RegenerateArgs
@@ -85,10 +84,7 @@ def regenerate_locally(settings: RegenerateArgs) -> dict[str, Any]:
             counts["interrupted"] = True
     bar.close()
     counts["seconds"] = time.perf_counter() - began
-    output.finish(counts=counts)
-    if counts.get("interrupted"):
-        kept = output.rows_before + counts["written"]
-        raise Interrupted(f"interrupted: {kept} rows kept in {settings.out}, rerun to continue")
+    output.finish(counts)  # raises Interrupted after Ctrl-C
     assert counts["written"] + counts["failed"] + counts["skipped"] == counts["input"]
     return counts
 
