@@ -50,14 +50,16 @@ class EagleConfig:
             "final norm and LM-head rows of the draft vocabulary (trains faster at small budgets)."
         },
     )
-    labels: Literal["target", "data"] = field(
+    labels: Literal["target", "data", "top1"] = field(
         default="target",
         metadata={
             "help": "EAGLE-3: what each draft position learns. target: the frozen target's distribution (soft "
             "cross-entropy; the offline cache holds the target's last state). data: the data's next token "
             "(cross-entropy; no target head in training, no last state cached): the same argmax when the data "
             "are the target's own greedy answers (`draftsmith data regenerate --temperature 0`), at 0.65x the "
-            "step time on SmolLM2 (docs/BENCHMARKS.md)."
+            "step time on SmolLM2 (docs/BENCHMARKS.md). top1: the target's own greedy next token at each position "
+            "(cross-entropy), computed once with the features (the cache holds it as int32): for text the target "
+            "did not write (documents, human or other models' answers), at the step time of `data`."
         },
     )
     layer: Literal["llama", "qwen3"] = field(
@@ -102,11 +104,11 @@ class EagleConfig:
                 f"draft.layer={self.layer} is an EAGLE-3 option (speculators' draft layers); EAGLE-1 engines serve "
                 "only the Llama layer: drop draft.layer or set draft.version=3"
             )
-        if self.labels not in ("target", "data"):
-            raise ValueError(f"draft.labels must be 'target' or 'data', got {self.labels!r}")
-        if self.labels == "data" and self.version != 3:
+        if self.labels not in ("target", "data", "top1"):
+            raise ValueError(f"draft.labels must be 'target', 'data' or 'top1', got {self.labels!r}")
+        if self.labels != "target" and self.version != 3:
             raise ValueError(
-                "draft.labels=data is EAGLE-3's option; EAGLE-1 regresses the target's next features, which need "
+                f"draft.labels={self.labels} is EAGLE-3's option; EAGLE-1 regresses the target's next features, which need "
                 "the target: drop draft.labels or set draft.version=3"
             )
         if self.head_init not in ("random", "target"):

@@ -28,7 +28,13 @@ from .parts import with_cache
 
 logger = logging.getLogger(__name__)
 
-LayerId = int | Literal["final"]
+# A decoder layer's input (0..L, L = the final norm's input), the post-norm state ("final"), or the target's own
+# greedy next token at each position ("top1": int64 [B, T], the argmax of its logits; cached so that training on
+# text the target did not write can use the target's predictions as hard labels without its LM head).
+LayerId = int | Literal["final", "top1"]
+TOP1: LayerId = "top1"
+# Positions whose logits are materialized at once for "top1" (512 x 49,152 float32 = 96 MiB; 262k: 512 MiB).
+TOP1_CHUNK = 512
 
 
 @dataclass
@@ -193,10 +199,10 @@ class FrozenTarget:
 
     def check_layer_ids(self, layer_ids: Sequence[LayerId]) -> None:
         for lid in layer_ids:
-            if lid != "final" and not (isinstance(lid, int) and 0 <= lid <= self.num_layers):
+            if lid not in ("final", TOP1) and not (isinstance(lid, int) and 0 <= lid <= self.num_layers):
                 raise ValueError(
                     f"layer id {lid!r} is out of range for a {self.num_layers}-layer target: "
-                    f"use 0..{self.num_layers} or 'final'"
+                    f"use 0..{self.num_layers}, 'final' or 'top1'"
                 )
 
     @torch.no_grad()
@@ -209,7 +215,7 @@ class FrozenTarget:
         position_ids: torch.Tensor | None = None,
         past_key_values: Any = None,
     ) -> tuple[dict[LayerId, torch.Tensor], torch.Tensor | None]:
-        """Run the target and return `({layer_id: [B, T, H]}, logits [B, T, V] or None)`.
+        """Run the target and return `({layer_id: [B, T, H]}, logits [B, T, V] or None)`; "top1" is `[B, T]`.
 
         The LM head runs only when `return_logits` is set: drafters that need only features skip the
         vocabulary-sized matmul. With `past_key_values` (a transformers `Cache`) the forward extends that
@@ -225,7 +231,7 @@ class FrozenTarget:
         captured: dict[LayerId, torch.Tensor] = {}
         handles = []
         for lid in layer_ids:
-            if lid == "final":
+            if lid in ("final", TOP1):
                 continue  # the decoder's own output
             module = self.decoder.norm if lid == self.num_layers else self.decoder.layers[lid]
             handles.append(module.register_forward_pre_hook(_capture_input(captured, lid), with_kwargs=True))
@@ -244,7 +250,16 @@ class FrozenTarget:
         if "final" in layer_ids:
             captured["final"] = final
         logits = self.head(final) if return_logits else None
+        if TOP1 in layer_ids:
+            captured[TOP1] = logits.argmax(-1) if logits is not None else self.greedy_tokens(final)
         return {lid: captured[lid] for lid in layer_ids}, logits
+
+    def greedy_tokens(self, final: torch.Tensor) -> torch.Tensor:
+        """The target's argmax token `[...]` from post-norm states `[..., H]`, TOP1_CHUNK positions at a time (the
+        full `[B, T, V]` logits of a long batch would not fit beside the model at a 262k vocabulary)."""
+        flat = final.reshape(-1, final.shape[-1])
+        ids = [self.head(flat[i : i + TOP1_CHUNK]).argmax(-1) for i in range(0, flat.shape[0], TOP1_CHUNK)]
+        return torch.cat(ids).reshape(final.shape[:-1]) if ids else flat.new_zeros(final.shape[:-1], dtype=torch.long)
 
     def batch_features(
         self, batch: dict[str, torch.Tensor], layer_ids: Sequence[LayerId], return_logits: bool = False
@@ -261,7 +276,7 @@ class FrozenTarget:
                 f"the batch's cached features lack layer ids {missing}; rebuild the cache for this recipe"
             )
         dtype = self.lm_head.weight.dtype
-        feats = {lid: batch[feature_key(lid)].to(dtype) for lid in layer_ids}
+        feats = {lid: batch[feature_key(lid)] if lid == TOP1 else batch[feature_key(lid)].to(dtype) for lid in layer_ids}
         logits = self.head(batch[feature_key("final")].to(dtype)) if return_logits else None
         return feats, logits
 

@@ -33,7 +33,7 @@ from draftsmith.models.objectives import (
     per_column,
 )
 from draftsmith.models.parts import shift_left
-from draftsmith.models.target import FrozenTarget, LayerId
+from draftsmith.models.target import TOP1, FrozenTarget, LayerId
 from draftsmith.runtime.display import table
 from draftsmith.runtime.errors import run_main
 from draftsmith.train.core.data import DataBundle, tokens_view
@@ -51,6 +51,7 @@ from draftsmith.train.core.recipe import (
 from draftsmith.train.eagle_chunks import (
     argmax_ce,
     data_labels,
+    top1_labels,
     eagle1_chunk,
     eagle3_chunk,
     eagle3_data_chunk,
@@ -68,11 +69,11 @@ class EagleRecipe(RecipeConfig[EagleConfig], ObjectiveSection[EagleConfig]):
     draft: EagleConfig = field(default_factory=EagleConfig)
 
     def __post_init__(self) -> None:
-        if self.draft.labels == "data" and (
+        if self.draft.labels != "target" and (
             self.objective.loss not in (None, "ce") or self.objective.weighting == "dpace"
         ):
             raise ValueError(
-                f"draft.labels=data trains on the data's next tokens (cross-entropy), but objective.loss="
+                f"draft.labels={self.draft.labels} trains on hard labels (cross-entropy), but objective.loss="
                 f"{self.objective.loss} / objective.weighting={self.objective.weighting} needs the target's "
                 "distribution: set draft.labels=target, or objective.loss=ce (or null) with a fixed or exp_decay "
                 "weighting"
@@ -104,7 +105,8 @@ class EagleMethod(TrainingMethod):
     (default: soft cross-entropy against the target, TTT step s weighted step_decay**s; EAGLE-1's weighting
     applies to its classification term). Every objective is measured against the target distribution of the
     soft label; `ce`'s label is the target's argmax; a D-PACE chain is the TTT steps at one column. With
-    `draft.labels: data` (EAGLE-3) the label is the data's next token and the loss its cross-entropy.
+    `draft.labels: data` (EAGLE-3) the label is the data's next token, with `top1` the target's greedy token
+    (cached with the features), and the loss their cross-entropy.
     """
 
     def __init__(
@@ -132,12 +134,14 @@ class EagleMethod(TrainingMethod):
                 torch.tensor([draft.config.step_decay**s for s in range(S)])
             )
         self.feature_layers: tuple[LayerId, ...] = tuple(draft.feature_layers)
-        self.soft_labels = self.version == 1 or draft.config.labels == "target"
+        self.labels = "target" if self.version == 1 else draft.config.labels
+        self.soft_labels = self.labels == "target"
 
     def _masks(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        """Each TTT step's loss mask (`step_masks`); with data labels, also where the label token exists."""
+        """Each TTT step's loss mask (`step_masks`); with data labels, also where the label token exists (top1's
+        label is the target's prediction at position t+s+1, which `step_masks` already requires)."""
         masks = step_masks(batch, 1 if self.version == 1 else len(self.term_names))
-        if self.soft_labels:
+        if self.labels != "data":
             return masks
         return [m & (data_labels(batch, s) >= 0) for s, m in enumerate(masks)]
 
@@ -152,8 +156,10 @@ class EagleMethod(TrainingMethod):
         ids = batch["input_ids"]
         draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
         soft = self.soft_labels
-        # `final` gives the soft labels (EAGLE-1: also the regression targets); data labels need no target state
-        wanted: list[LayerId] = [*self.feature_layers, "final"] if soft else list(self.feature_layers)
+        # `final` gives the soft labels (EAGLE-1: also the regression targets); data labels need no target state,
+        # top1 labels the target's greedy tokens (cached, or computed here with the features)
+        extra: list[LayerId] = {"target": ["final"], "top1": [TOP1], "data": []}[self.labels]
+        wanted: list[LayerId] = [*self.feature_layers, *extra]
         layers = tuple(dict.fromkeys(wanted))
         feats, _ = self.target.batch_features(batch, layers)
         masks = self._masks(batch)
@@ -171,7 +177,10 @@ class EagleMethod(TrainingMethod):
         hidden = model(g, ids)  # one [B, T, H] per TTT step; the logits are computed per chunk
         S = len(hidden)
         if not soft:
-            labels = torch.stack([data_labels(batch, s) for s in range(S)], -1)  # [B, T, S]
+            if self.labels == "top1":
+                labels = torch.stack([top1_labels(feats[TOP1], s) for s in range(S)], -1)  # [B, T, S]
+            else:
+                labels = torch.stack([data_labels(batch, s) for s in range(S)], -1)
             inputs = (*hidden, labels.clamp(min=0), torch.stack(masks, -1))
             sums, _, metrics = chunked_loss(eagle3_data_chunk(draft), inputs, max(1, chunk // S))
             return sums, metrics
@@ -259,11 +268,12 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
 
 
 def cache_layers(cfg: EagleRecipe, target: FrozenTarget) -> list[LayerId]:
-    """What an offline cache must hold for this recipe: the feature taps, and `final` for the soft labels."""
+    """What an offline cache must hold for this recipe: the feature taps, and `final` for the soft labels (or the
+    target's greedy tokens, `top1`, for its hard labels)."""
     if cfg.draft.version == 1:
         return ["final"]
     layers = taps_and_final(cfg.draft.feature_layers, lambda: default_feature_layers(target.num_layers))
-    return layers if cfg.draft.labels == "target" else layers[:-1]
+    return {"target": layers, "data": layers[:-1], "top1": [*layers[:-1], TOP1]}[cfg.draft.labels]
 
 
 def build_method(cfg: EagleRecipe, target: FrozenTarget, data: DataBundle) -> EagleMethod:

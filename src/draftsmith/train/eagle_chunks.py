@@ -139,6 +139,16 @@ def data_labels(batch: dict[str, torch.Tensor], step: int) -> torch.Tensor:
     return out
 
 
+def top1_labels(top1: torch.Tensor, step: int) -> torch.Tensor:
+    """TTT step `step`'s hard labels `[B, T]` with `draft.labels: top1`: at column t the target's greedy token at
+    position t+step+1 (its prediction of x_{t+step+2}, the argmax of the soft label), 0 past the end (masked)."""
+    k = step + 1
+    out = torch.zeros_like(top1)
+    if top1.shape[1] > k:
+        out[:, :-k] = top1[:, k:]
+    return out
+
+
 def eagle3_data_chunk(draft: Eagle3Draft) -> Callable[..., ChunkResult]:
     """Every TTT step's cross-entropy on the data's next tokens (`draft.labels: data`) on one chunk of c columns:
     `(draft output of step s [B, c, H] for each of the S steps, labels [B, c, S] target ids, masks [B, c, S])`

@@ -21,7 +21,7 @@ from draftsmith.models.losses import divergence
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.mtp import MTPConfig, MTPDraft, shift_tokens
 from draftsmith.models.parts import shift_left
-from draftsmith.models.target import FrozenTarget
+from draftsmith.models.target import FrozenTarget, feature_key
 from draftsmith.train.distill import DistillConfig, DistillMethod
 from draftsmith.train.eagle import EagleMethod, _Eagle3Train, step_masks
 from draftsmith.train.medusa import MedusaMethod
@@ -235,6 +235,54 @@ def test_eagle3_on_the_data_s_next_tokens(small_target):
         return torch.stack(sums), {"top1": torch.tensor(hits), "alpha": torch.tensor(alpha)}
 
     check(method, b, oracle, {target.vocab_size, vd})
+
+
+def test_eagle3_on_the_target_s_greedy_tokens(small_target):
+    """`draft.labels: top1`: each step's cross-entropy on the target's own argmax at position t+s+1 (the label a
+    cache stores as `feat.top1`), against a per-position loop over the target's full logits; the online path
+    (top1 computed here) and the cached one (top1 in the batch, features rounded to bf16 as a cache stores them)
+    give the same loss."""
+    target = small_target
+    torch.manual_seed(0)
+    vd, steps = 5, 3
+    cfg = EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps, labels="top1")
+    draft = _Eagle3Train(cfg, target.model.config, vd)
+    b = batch(target.vocab_size)
+    ids = b["input_ids"]
+    greedy = target.forward(ids, b["attention_mask"], return_logits=True)[1].argmax(-1)
+    draft.set_vocab_map(*build_vocab_map(torch.bincount(greedy.flatten(), minlength=target.vocab_size), vd))
+    draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
+    draft.attach_target(target.embed_tokens, target.head)
+    method = EagleMethod(target, draft, loss_chunk=CHUNK)
+    to_draft = {int(t): i for i, t in enumerate(draft.to_target_ids(torch.arange(vd)))}
+    assert (greedy[:, :-1] != ids[:, 1:]).any()  # the data is not the target's: the labels differ from data's
+
+    def oracle() -> tuple[torch.Tensor, dict]:
+        feats, logits = target.forward(ids, b["attention_mask"], (1, 2, 3), return_logits=True)
+        step_logits = draft.unroll(torch.cat([feats[i] for i in (1, 2, 3)], -1), ids)
+        sums, hits, alpha = [], [], []
+        for s, m in enumerate(step_masks(b, steps)):
+            loss, hit, a = torch.zeros(()), 0.0, 0.0
+            for r, t in m.nonzero().tolist():
+                token = int(logits[r, t + s + 1].argmax())  # the target's prediction of x_{t+s+2}
+                if token not in to_draft:
+                    continue
+                log_q = torch.log_softmax(step_logits[s][r, t], -1)
+                loss = loss - log_q[to_draft[token]]
+                hit += float(int(log_q.argmax()) == to_draft[token])
+                a += float(log_q[to_draft[token]].detach().exp())
+            sums.append(loss)
+            hits.append(hit)
+            alpha.append(a)
+        assert method.token_counts(b).tolist() == [float(m.sum()) for m in step_masks(b, steps)]
+        return torch.stack(sums), {"top1": torch.tensor(hits), "alpha": torch.tensor(alpha)}
+
+    check(method, b, oracle, {target.vocab_size, vd})
+    online, _ = method.loss_terms(method.model, b)
+    feats, _ = target.forward(ids, b["attention_mask"], (1, 2, 3, "top1"))
+    cached = {**b, **{feature_key(lid): f for lid, f in feats.items()}}
+    torch.testing.assert_close(method.loss_terms(method.model, cached)[0], online)
+    assert torch.equal(feats["top1"], greedy)
 
 
 def test_mtp(small_target):

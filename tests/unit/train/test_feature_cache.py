@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from draftsmith.config.loader import load_config
 from draftsmith.models.target import FrozenTarget, TargetConfig, feature_key
@@ -91,6 +92,25 @@ def test_cache_holds_the_targets_features_for_the_recipe(tiny_toy_target, bf16_c
             for lid in cache.layers:
                 ref = feats[lid][0]
                 assert ((item[f"feat.{lid}"] - ref).abs() <= ref.abs() * 2**-8 + 1e-6).all(), (split, i, lid)
+
+
+def test_top1_labels_cache_the_targets_greedy_tokens_as_int32(tiny_toy_target, tmp_path):
+    """`draft.labels=top1`: the cache holds the taps and the target's argmax at every position (int32, in fp8
+    storage too), equal to the argmax of the target's own logits; no `final` state."""
+    cfg = eagle_cfg(tiny_toy_target, tmp_path / "top1", "draft.labels=top1")
+    cache = FeatureCache.open(build(cfg, storage="fp8"))
+    target = FrozenTarget.load(TargetConfig(path=str(tiny_toy_target), dtype="float32"))
+    assert cache.layers == [2, target.num_layers // 2, target.num_layers - 3, "top1"]
+    tokens = cache.index["splits"]["train"]["tokens"]
+    item = cache.dataset("train")[1]
+    logits = target.model(item["input_ids"][None]).logits[0]
+    assert item["feat.top1"].dtype == torch.long
+    assert torch.equal(item["feat.top1"], logits.argmax(-1))
+    with safe_open(str(cache.directory / cache.index["splits"]["train"]["shards"][0]["file"]), "pt") as f:
+        assert f.get_slice("feat.top1").get_dtype() == "I32"
+    # per token, one byte per tap channel and four for the label; per shard, a float32 scale per tap channel
+    scales = 4 * 3 * target.hidden_size * len(cache.index["splits"]["train"]["shards"])
+    assert cache.index["splits"]["train"]["feature_bytes"] == tokens * (3 * target.hidden_size + 4) + scales
 
 
 def test_fp8_cache_halves_the_bytes(tiny_toy_target, bf16_cache, tmp_path):

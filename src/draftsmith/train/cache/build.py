@@ -60,7 +60,11 @@ def target_features(
     batch = {k: v.to(target.device) for k, v in collate(samples, pad_id).items()}
     feats, _ = target.forward(batch["input_ids"], batch["attention_mask"], layer_ids=layers)
     lengths = [len(s["input_ids"]) for s in samples]
-    return {lid: [feats[lid][i, :n].float().cpu() for i, n in enumerate(lengths)] for lid in layers}
+    # Features to float32 for the storage codec; `top1` token ids stay integers.
+    return {
+        lid: [(f[i, :n].float() if f.is_floating_point() else f[i, :n]).cpu() for i, n in enumerate(lengths)]
+        for lid, f in feats.items()
+    }
 
 
 def build_cache(

@@ -10,7 +10,8 @@ Layout of a cache directory:
     eval-00000.safetensors ...
 
 A shard holds `offsets` (int64 [n+1]: sample i is rows offsets[i]:offsets[i+1]), `input_ids` (int32),
-`loss_mask` (uint8) and, per cached layer id `lid`, `feat.<lid>`: bf16 `[tokens, H]`, or fp8 e4m3 with
+`loss_mask` (uint8), `feat.top1` (int32 [tokens], the target's greedy next token, when the recipe trains on it)
+and, per cached layer id `lid`, `feat.<lid>`: bf16 `[tokens, H]`, or fp8 e4m3 with
 `feat.<lid>.scale` (float32 [H], one scale per hidden channel over the shard: x ~= q * scale, with
 scale = amax / 448 so each channel uses e4m3's whole range). Only the layers the drafter reads are
 stored, and never full-vocabulary logits: `final` (the post-norm state) is kept instead and the frozen LM
@@ -33,7 +34,7 @@ from safetensors.torch import save_file
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from draftsmith.models.target import FEATURE_PREFIX, LayerId, feature_key
+from draftsmith.models.target import FEATURE_PREFIX, TOP1, LayerId, feature_key
 from draftsmith.runtime.files import atomic_file, sha256_file, write_json
 from draftsmith.train.core.data_content import CONTENT_KEY, content_change
 
@@ -53,14 +54,17 @@ class CacheError(ValueError):
 
 
 def parse_layer_id(text: str) -> LayerId:
-    return "final" if text == "final" else int(text)
+    return text if text in ("final", TOP1) else int(text)
 
 
 # --- storage codec -------------------------------------------------------------------------------------
 
 
 def encode(x: torch.Tensor, storage: Storage) -> dict[str, torch.Tensor]:
-    """`x` [N, H] as stored: `{"": bf16}` or `{"": fp8 e4m3, ".scale": float32 [H]}` (per-channel)."""
+    """`x` [N, H] as stored: `{"": bf16}` or `{"": fp8 e4m3, ".scale": float32 [H]}` (per-channel); token ids
+    (`top1`, [N]) as `{"": int32}` whatever the storage."""
+    if not x.is_floating_point():
+        return {"": x.to(torch.int32).contiguous()}
     if storage == "bf16":
         return {"": x.to(torch.bfloat16).contiguous()}
     if storage == "fp8":
@@ -72,7 +76,9 @@ def encode(x: torch.Tensor, storage: Storage) -> dict[str, torch.Tensor]:
 
 
 def decode(q: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Stored features back to `dtype` (the inverse of `encode`, up to rounding)."""
+    """Stored features back to `dtype` (the inverse of `encode`, up to rounding); token ids back to int64."""
+    if not q.is_floating_point():
+        return q.to(torch.long)
     x = q.to(torch.float32)
     if scale is not None:
         x = x * scale
