@@ -30,6 +30,7 @@ from draftsmith.data.chat_render import render_prompt
 from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
 from draftsmith.data.formats import Conversation
 from draftsmith.eval.decoder import Generation, SpeculativeDecoder, plain_decode
+from draftsmith.eval.depth import prediction, unpredicted
 from draftsmith.eval.drafters import load_drafter_spec, served_target
 from draftsmith.eval.drafters.base import Drafter
 from draftsmith.eval.drift import adapter_drift
@@ -85,6 +86,7 @@ def evaluate(
     turns, skipped = decoding.decode_all(convs)
 
     report = summarize(turns)
+    report.update(depth_prediction(report, decoding, convs[0], shape))
     if record is not None:
         record.extend(turns)
     if original is not None:
@@ -210,6 +212,14 @@ class Decoding:
         self.decoder.generate(warm, 8, self.generator(-1, 0))
         self.plain(warm, 8, self.generator(-1, 0))
 
+    def cost_profile(self, conv: Conversation, max_tokens: int) -> list[float]:
+        """Seconds of a verification forward over 1..max_tokens tokens after the first prompt of `conv` (its
+        last tokens when the target's context could not hold it and them)."""
+        prompt = render_prompt(self.target.tokenizer, prompt_turns(conv)[0], conv.tools)
+        if self.max_pos is not None:
+            prompt = prompt[-(self.max_pos - max_tokens) :]
+        return self.decoder.verify_costs(prompt, max_tokens)
+
     def decode_all(self, convs: list[Conversation]) -> tuple[list[TurnResult], list[str]]:
         """Every answer to `convs`, and the turns skipped as longer than the target's context."""
         turns: list[TurnResult] = []
@@ -255,6 +265,18 @@ class Decoding:
         base = self.plain(prompt, max_new, self.generator(index, k)) if self.args.baseline else None
         spans = token_spans(self.target.tokenizer, prompt, spec.tokens)
         return TurnResult(item, k, len(prompt), spec, base, prompt, conv.category, spans, bool(conv.tools))
+
+
+def depth_prediction(
+    report: dict[str, Any], decoding: Decoding, conv: Conversation, shape: TreeShape
+) -> dict[str, Any]:
+    """The report's recommended depth (eval/depth.py) from its acceptance by depth, its drafting cost and a
+    verification cost profile up to the run's depth + 1 tokens; a tree run predicts nothing (the prediction is
+    for chains, whose verification of K drafts is K + 1 tokens)."""
+    if not shape.is_chain:
+        return unpredicted()
+    verify = decoding.cost_profile(conv, shape.depth + 1)
+    return prediction(report["acceptance_by_depth"], report["draft_cost_s"], verify)
 
 
 def drift_of_adapter(

@@ -16,6 +16,8 @@ middle of an accepted path.
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,6 +214,29 @@ class SpeculativeDecoder:
             device,
         )
         return self._forward(tree.tokens, cache, mask, torch.tensor([positions], device=device))
+
+    @torch.no_grad()
+    def verify_costs(self, prompt: list[int], max_tokens: int, repeats: int = 5) -> list[float]:
+        """The cost profile of eval/depth.py: median seconds of the verification forward over n = 1..max_tokens
+        tokens (index n - 1), after `prompt` in the cache, run as `_step` runs a chain's (features and logits
+        of every position) and cut back after each. The sizes take turns, `repeats` rounds after one round
+        not measured, so a slow start or a drifting clock does not bill one size alone."""
+        if max_tokens < 1 or repeats < 1:
+            raise ValueError(f"max_tokens and repeats must be >= 1, got {max_tokens} and {repeats}")
+        cache = new_cache(self.target.model.config, self.kv_cache)
+        self._forward(torch.tensor(prompt), cache)
+        before = snapshot(cache)
+        ids = torch.tensor(list(itertools.islice(itertools.cycle(reversed(prompt)), max_tokens)))
+        times: list[list[float]] = [[] for _ in range(max_tokens)]
+        for round_ in range(repeats + 1):
+            for n in range(1, max_tokens + 1):
+                t0 = _timer(self.target.device)
+                self._forward(ids[:n], cache)
+                elapsed = _timer(self.target.device) - t0
+                restore(cache, before)
+                if round_:
+                    times[n - 1].append(elapsed)
+        return [statistics.median(t) for t in times]
 
     def _keep_path(
         self, cache: Any, before: Snapshot | None, tree: DraftTree, path: list[int], past: int

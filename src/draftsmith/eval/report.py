@@ -13,6 +13,8 @@ by_context          steps, tau and alpha per context-length bucket (the tokens b
 alpha               accepted draft tokens / draft tokens sent for verification (every tree node counts)
 acceptance_by_depth P(a draft token at depth d is accepted | the path was accepted to depth d-1), over the
                     steps whose tree reached depth d
+draft_cost_s        seconds of one draft step: the steps' drafting time over the depths they drafted (a chain
+                    drafter runs one draft step per depth); the depth prediction's c_draft (eval/depth.py)
 tau_stderr          standard error of tau over the answers (delta method for the ratio estimator, each
                     answer one cluster of steps): the noise of tau from the choice of prompts
 target_forwards     prefill + verification forwards of the target
@@ -27,7 +29,8 @@ from typing import Any
 
 from draftsmith.runtime.display import fmt_value, pyplot, table
 
-from .decoder import Generation
+from .decoder import Generation, Step
+from .depth import verdict
 from .spans import by_span
 
 
@@ -70,6 +73,13 @@ def tau_stderr(generations: Sequence[Generation]) -> float | None:
 
 def _rate(num: float, den: float) -> float | None:
     return num / den if den else None
+
+
+def draft_cost_per_depth(steps: Sequence[Step]) -> float | None:
+    """Seconds per drafted depth: all drafting time over the depths the steps drafted (`Step.depth`, the tree's
+    depth, not its token count; depths shrink near the budget and an n-gram step may draft none, and such a
+    step's drafting time still counts). None when no step drafted anything."""
+    return _rate(sum(s.draft_s for s in steps), sum(s.depth for s in steps))
 
 
 def tau_per_request(generations: Sequence[Generation]) -> float | None:
@@ -159,6 +169,7 @@ def summarize(turns: Sequence[TurnResult]) -> dict[str, Any]:
         "speedup": _rate(tokens_per_s or 0.0, baseline_tps) if baseline_tps and tokens_per_s else None,
         "draft_time_s": draft_s,
         "verify_time_s": verify_s,
+        "draft_cost_s": draft_cost_per_depth(steps),
     }
 
 
@@ -194,6 +205,11 @@ def markdown(report: dict[str, Any]) -> str:
         ("tokens/s (speculative)", fmt_value(report["tokens_per_s"], 1)),
         ("tokens/s (plain decoding)", fmt_value(report["baseline_tokens_per_s"], 1)),
         ("speedup", fmt_value(report["speedup"], 2)),
+        (
+            "expected speedup by depth (measured costs)",
+            " ".join(fmt_value(x, 2) for x in report.get("expected_speedup_by_depth") or []) or "-",
+        ),
+        ("draft depth to serve", verdict(report)),
         ("lossless (T=0 check)", fmt_value(report["lossless"])),
     ]
     drift = report.get("adapter_drift")

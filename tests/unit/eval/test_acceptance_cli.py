@@ -13,6 +13,7 @@ import torch
 
 from draftsmith.data.conversations import with_answers
 from draftsmith.eval.acceptance import main
+from draftsmith.eval.depth import expected_speedups, recommend, verdict
 from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.target import FrozenTarget, TargetConfig
@@ -32,6 +33,11 @@ REPORT_KEYS = {
     "speedup",
     "lossless",
     "settings",
+    "draft_cost_s",
+    "verify_cost_s",
+    "expected_speedup_by_depth",
+    "recommended_depth",
+    "recommended_speedup",
 }
 
 
@@ -84,6 +90,15 @@ def test_mt_bench_two_turns_report_plot_and_lossless_check(tiny_toy_target, shar
     assert set(report["by_category"]) == {"writing"} and report["by_category"]["writing"]["answers"] == 4
     assert report["by_category"]["writing"]["tau"] == pytest.approx(report["tau"])
     assert "| category | answers | tau (pooled) | tau (mean per answer) |" in out
+    # The depth prediction is recomputed from the JSON alone: the profile times 1..depth + 1 tokens.
+    depth = report["settings"]["depth"]
+    assert len(report["verify_cost_s"]) == depth + 1 and all(c > 0 for c in report["verify_cost_s"])
+    speedups = expected_speedups(
+        report["acceptance_by_depth"], report["draft_cost_s"], report["verify_cost_s"]
+    )
+    assert report["expected_speedup_by_depth"] == pytest.approx(speedups) and speedups
+    assert (report["recommended_depth"], report["recommended_speedup"]) == pytest.approx(recommend(speedups))
+    assert f"| draft depth to serve | {verdict(report)} |" in out
 
 
 def test_second_turn_is_conditioned_on_the_models_own_first_answer():
@@ -120,6 +135,7 @@ def test_gate_fails_with_status_3_and_checkpoint_gets_eval_json(tiny_toy_target,
     assert "gate failed: tau" in capsys.readouterr().err
     saved = json.loads((medusa_ckpt / "eval.json").read_text())
     assert saved["settings"]["tree"] == "topk:2" and saved["speedup"] is None
+    assert saved["recommended_depth"] is None and saved["verify_cost_s"] is None  # chains only
     assert (
         run_eval(
             tiny_toy_target,

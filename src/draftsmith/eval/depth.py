@@ -1,0 +1,122 @@
+"""Which chain depth K is fastest, and whether speculation pays at all (ALGORITHMS.md 9.8).
+
+A report's measured acceptance and costs predict the wall-clock gain of drafting K tokens per step:
+
+    tau(K)     = 1 + sum_{k=1..K} prod_{d<=k} a_d        tokens committed per verification (bonus included)
+    speedup(K) = tau(K) * c_plain / (K * c_draft + c_verify(K + 1)),    speedup(0) = 1 (plain decoding)
+
+a_d is `acceptance_by_depth[d - 1]`, c_draft the seconds of one draft step (`draft_cost_s`), and
+`verify_cost_s[K]` the seconds of one target forward over K + 1 tokens, so `verify_cost_s[0]` = c_plain is a
+plain decoding step. Only measured depths are predicted: K runs from 1 to the first depth without a rate,
+and no further than the cost profile reaches. The recommended depth maximizes speedup over K = 0..Kmax;
+0 means speculation off (no depth beats plain decoding). Pure arithmetic on the report's JSON, so anyone
+can recompute it from a saved report.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+
+def predictable_depth(acceptance_by_depth: Sequence[float | None], verify_cost_s: Sequence[float]) -> int:
+    """The deepest K the report can predict: the measured depths up to the first one without a rate, and at
+    most the cost profile's (it must time a verification of K + 1 tokens)."""
+    measured = 0
+    for rate in acceptance_by_depth:
+        if rate is None:
+            break
+        measured += 1
+    return max(0, min(measured, len(verify_cost_s) - 1))
+
+
+def expected_tokens(acceptance_by_depth: Sequence[float | None], depth: int) -> float:
+    """tau(K): tokens one verification of a K-deep chain commits on average (the bonus or correction token
+    included): 1 + sum over k <= K of the probability that depths 1..k are all accepted."""
+    tau, reached = 1.0, 1.0
+    for rate in acceptance_by_depth[:depth]:
+        if rate is None:
+            raise ValueError(
+                f"acceptance_by_depth has no rate within depth {depth}: {list(acceptance_by_depth)}"
+            )
+        reached *= rate
+        tau += reached
+    return tau
+
+
+def _check_costs(draft_cost_s: float, verify_cost_s: Sequence[float]) -> None:
+    """One line naming a cost that cannot be a measured time."""
+    if not (math.isfinite(draft_cost_s) and draft_cost_s >= 0):
+        raise ValueError(f"draft_cost_s must be a finite time >= 0 seconds, got {draft_cost_s}")
+    bad = [c for c in verify_cost_s if not (math.isfinite(c) and c > 0)]
+    if bad:
+        raise ValueError(f"verify_cost_s must be finite times > 0 seconds, got {list(verify_cost_s)}")
+
+
+def expected_speedups(
+    acceptance_by_depth: Sequence[float | None], draft_cost_s: float, verify_cost_s: Sequence[float]
+) -> list[float]:
+    """speedup(K) for K = 1..Kmax (`predictable_depth`), at index K - 1: tokens per step over the step's cost,
+    against plain decoding's one token per `verify_cost_s[0]`."""
+    _check_costs(draft_cost_s, verify_cost_s)
+    bad = [a for a in acceptance_by_depth if a is not None and not 0.0 <= a <= 1.0]
+    if bad:
+        raise ValueError(f"acceptance_by_depth holds rates outside 0..1: {bad}")
+    plain = verify_cost_s[0] if verify_cost_s else 0.0
+    return [
+        expected_tokens(acceptance_by_depth, k) * plain / (k * draft_cost_s + verify_cost_s[k])
+        for k in range(1, predictable_depth(acceptance_by_depth, verify_cost_s) + 1)
+    ]
+
+
+def recommend(speedups: Sequence[float]) -> tuple[int, float]:
+    """`(K, speedup(K))` of the fastest depth (the shallowest of equals), or `(0, 1.0)`, speculation off, when
+    no depth beats plain decoding."""
+    best = max(range(len(speedups)), key=lambda i: speedups[i], default=None)
+    if best is None or speedups[best] <= 1.0:
+        return 0, 1.0
+    return best + 1, speedups[best]
+
+
+def prediction(
+    acceptance_by_depth: Sequence[float | None], draft_cost_s: float | None, verify_cost_s: Sequence[float]
+) -> dict[str, Any]:
+    """The report's depth keys: the cost profile, speedup by depth, the recommended depth and its speedup.
+    Nothing is recommended (None) when no depth can be predicted: no draft was ever made, or none measured."""
+    speedups = (
+        [] if draft_cost_s is None else expected_speedups(acceptance_by_depth, draft_cost_s, verify_cost_s)
+    )
+    depth, speedup = recommend(speedups) if speedups else (None, None)
+    return {
+        "verify_cost_s": list(verify_cost_s),
+        "expected_speedup_by_depth": speedups,
+        "recommended_depth": depth,
+        "recommended_speedup": speedup,
+    }
+
+
+def unpredicted() -> dict[str, Any]:
+    """The depth keys of a report that predicts nothing (a tree run: the prediction is for chains)."""
+    return {
+        "verify_cost_s": None,
+        "expected_speedup_by_depth": None,
+        "recommended_depth": None,
+        "recommended_speedup": None,
+    }
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """The evaluator table's line on the recommended depth (ALGORITHMS.md 9.8); "-" for a report without the
+    prediction."""
+    if "expected_speedup_by_depth" not in report:
+        return "-"
+    depth, speedups = report.get("recommended_depth"), report.get("expected_speedup_by_depth")
+    if speedups is None:
+        return "- (predicted for chains only; this run drafted a tree)"
+    if depth is None:
+        return "- (no measured depth to predict from)"
+    if depth == 0:
+        best = max(range(len(speedups)), key=lambda i: speedups[i])
+        return f"speculation off: no depth pays (best K={best + 1}: {speedups[best]:.2f}x)"
+    return f"recommended depth: {depth} (expected {report['recommended_speedup']:.2f}x)"
