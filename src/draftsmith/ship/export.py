@@ -1,6 +1,7 @@
 """Export a draftsmith drafter in the layout a serving engine loads, validated before anything is written.
 
-    draftsmith export CKPT --to vllm|sglang|tgi|hf --out DIR [--target DIR]
+    draftsmith export CKPT --to vllm|sglang|tgi|hf --out DIR [--target DIR] [--report REPORT.json]
+                      [--num-speculative-tokens K]
 
 The engines each drafter kind is exported for, and why the others refuse it, come from the family records
 (models/families.py; `draftsmith export --help` prints the table):
@@ -11,6 +12,11 @@ convention (ship/layouts/common.py has the table); d2t/t2d present and consisten
 embed_tokens absent or bit-identical to the target's; the biases the engine's modules have. A failed check
 writes nothing and names every problem. The directory gets `draftsmith_export.json`: the layout, the
 checks that passed, the layer-id translation, and copy-paste serving commands.
+
+vLLM drafts `num_speculative_tokens` per step: --num-speculative-tokens K, else the depth the evaluator's
+report recommends (`recommended_depth`, from its measured acceptance and costs: ALGORITHMS.md 9.8; the report
+is --report, else the checkpoint's eval.json), else the layout's default, which the summary says. A report
+that says speculation does not pay (depth 0) gets a warning, and the drafter is exported anyway.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from draftsmith.runtime.run_lock import RunLock
 from .layouts.common import Export, ExportError, LayoutSpec, validate, write_export
 from .layouts.draft_lm import read_draft_lm_state
 from .layouts.target_info import TargetInfo, rope_settings
+from .serve_depth import check_depth_option, choose_depth
 
 Layout = Callable[[dict[str, Any], TargetInfo, str], tuple[Export, LayoutSpec]]
 
@@ -127,21 +134,32 @@ def check_target(source: dict[str, Any], target: TargetInfo) -> None:
 
 
 def export(
-    ckpt: str | Path, to: str, out: str | Path, target_path: str | None = None, revision: str | None = None
+    ckpt: str | Path,
+    to: str,
+    out: str | Path,
+    target_path: str | None = None,
+    revision: str | None = None,
+    report: str | Path | None = None,
+    num_speculative_tokens: int | None = None,
 ) -> tuple[Path, list[str], Export]:
-    """Export `ckpt` for engine `to` into `out`; returns `(out, checks passed, the export)`.
+    """Export `ckpt` for engine `to` into `out`; returns `(out, checks passed, the export)`. vLLM's depth is
+    `num_speculative_tokens`, else the recommendation of `report` (else of the checkpoint's eval.json), else
+    the layout's default (`choose_depth`).
 
     Raises:
-        ExportError: the pair is unsupported, the target does not match, or validation failed (nothing written).
+        ExportError: the pair is unsupported, the target does not match, the depth cannot be served, or
+            validation failed (nothing written).
     """
     if to not in ENGINES:
         raise ExportError(f"--to {to!r}: choose one of {', '.join(ENGINES)}")
+    check_depth_option(num_speculative_tokens)
     source = read_source(ckpt)
     kind = source["kind"]
     layout = layout_for(kind, to)
     target = TargetInfo(target_path or source["target_name"], revision or source["target"].get("revision"))
     check_target(source, target)
     built, spec = layout(source, target, to)
+    built.depth_choice = choose_depth(built, source["dir"], report, num_speculative_tokens)
     passed = validate(built, spec, target)
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / "draftsmith_export.json").is_file():
@@ -181,17 +199,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="the target model directory / Hub id (default: the checkpoint's target)",
     )
     p.add_argument("--revision", default=None, help="the target's Hub revision")
+    p.add_argument(
+        "--report",
+        default=None,
+        metavar="REPORT.json",
+        help="the evaluator report whose recommended depth vLLM drafts (default: the checkpoint's eval.json)",
+    )
+    p.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=None,
+        metavar="K",
+        help="tokens vLLM drafts per step (default: the report's recommended depth, else the layout's)",
+    )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(argv) if argv is not None else None)
-    out, passed, built = export(args.checkpoint, args.to, args.out, args.target, args.revision)
+    out, passed, built = export(
+        args.checkpoint,
+        args.to,
+        args.out,
+        args.target,
+        args.revision,
+        args.report,
+        args.num_speculative_tokens,
+    )
     print(f"exported {built.layout} to {out}")
     for check in passed:
         print(f"  ok  {check}")
     for note in built.notes:
         print(f"  note: {note}")
+    if built.depth_choice is not None:
+        print(f"  depth: {built.depth_choice['message']}")
+        if built.depth_choice["warning"]:
+            print(f"  WARNING: {built.depth_choice['warning']}")
     for cmd in built.serve:
         print("  serve: " + cmd.replace("{dir}", str(out)))
     return 0

@@ -34,6 +34,7 @@ from draftsmith.runtime.files import write_json, write_text
 from .export import export, read_source
 from .layouts.target_info import TargetInfo
 from .model_card import HUB_ID, render_card
+from .reports import read_reports, report_files
 
 ENGINE_FOLDER = "engines"
 
@@ -105,16 +106,16 @@ def stage(
     src = Path(ckpt).expanduser()
     source = read_source(src)
     public_target = hub_target(source, target, target_repo)
-    report_files = _report_files(src, reports, allow_unmeasured)
-    loaded = _read_reports(report_files)
+    files = _report_files(src, reports, allow_unmeasured)
+    loaded = read_reports(files, "--eval")
     if folder.exists() and any(folder.iterdir()):
         raise ValueError(f"{folder} is not empty; --dry-run needs a new or empty directory")
     folder.mkdir(parents=True, exist_ok=True)
     _copy_checkpoint(src, folder)
-    if len(loaded) > 1 or report_files[:1] != [src / "eval.json"]:
+    if len(loaded) > 1 or files[:1] != [src / "eval.json"]:
         for i, report in enumerate(loaded):  # the reports the card cites travel with it
             write_json(folder / ("eval.json" if i == 0 else f"eval-{i}.json"), report)
-    exports = _export_engines(src, source, folder, target)
+    exports = _export_engines(src, source, folder, target, files[0] if files else None)
     card_source = {**source, "target": {**source["target"], "name_or_path": public_target}}
     write_text(folder / "README.md", render_card(repo, card_source, loaded, exports, license_id))
     scrub_local_paths(folder, _public_names(target or source["target_name"], public_target))
@@ -124,26 +125,13 @@ def stage(
 def _report_files(src: Path, reports: list[Path] | None, allow_unmeasured: bool) -> list[Path]:
     """The acceptance reports the card cites: those given, else the checkpoint's eval.json (none only when
     allowed)."""
-    report_files = list(reports or [])
-    if not report_files and (src / "eval.json").is_file():
-        report_files = [src / "eval.json"]
-    if not report_files and not allow_unmeasured:
+    files = report_files(src, reports)
+    if not files and not allow_unmeasured:
         raise ValueError(
             f"{src} has no eval.json: measure the drafter first (`draftsmith eval --target ... --drafter {src} "
             "--data HELDOUT --save-eval`), pass --eval REPORT.json, or push anyway with --allow-unmeasured"
         )
-    return report_files
-
-
-def _read_reports(report_files: list[Path]) -> list[dict[str, Any]]:
-    """Each report file's JSON; one line naming the file that is not a readable report."""
-    loaded = []
-    for f in report_files:
-        try:
-            loaded.append(json.loads(Path(f).read_text()))
-        except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"--eval {f}: not a readable acceptance report ({err})") from err
-    return loaded
+    return files
 
 
 def _copy_checkpoint(src: Path, folder: Path) -> None:
@@ -155,10 +143,11 @@ def _copy_checkpoint(src: Path, folder: Path) -> None:
 
 
 def _export_engines(
-    src: Path, source: dict[str, Any], folder: Path, target: str | None
+    src: Path, source: dict[str, Any], folder: Path, target: str | None, report: Path | None
 ) -> dict[str, dict[str, Any]]:
     """Export the drafter for every engine that serves its kind for this target and draft layer (its record's
-    serving limits), under `engines/<engine>/`; returns what the card says of each export."""
+    serving limits), under `engines/<engine>/`, vLLM's at the depth `report` (the card's first) recommends;
+    returns what the card says of each export."""
     target_config = TargetInfo(target or source["target_name"], source["target"].get("revision")).config
     engines = list(
         serving_engines(
@@ -170,10 +159,10 @@ def _export_engines(
     for engine in engines:
         if as_is:
             with tempfile.TemporaryDirectory() as tmp:
-                _, _, built = export(src, engine, Path(tmp) / "x", target)
+                _, _, built = export(src, engine, Path(tmp) / "x", target, report=report)
             where = ""
         else:
-            out, _, built = export(src, engine, folder / ENGINE_FOLDER / engine, target)
+            out, _, built = export(src, engine, folder / ENGINE_FOLDER / engine, target, report=report)
             (out / "eval.json").unlink(missing_ok=True)  # one copy, at the root
             where = f"{ENGINE_FOLDER}/{engine}"
         exports[engine] = {

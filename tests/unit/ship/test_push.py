@@ -92,6 +92,21 @@ def test_dry_run_writes_checkpoint_exports_and_a_card_with_the_measured_figures(
     assert "hf download acme/eagle3-tiny --include 'engines/vllm/*'" in card
 
 
+def test_the_vllm_export_and_the_card_use_the_first_reports_recommended_depth(ckpt, tmp_path):
+    report = tmp_path / "measured.json"
+    measured = {**REPORT, "expected_speedup_by_depth": [1.45, 1.62, 1.6], "recommended_depth": 2}
+    report.write_text(json.dumps({**measured, "recommended_speedup": 1.62}))
+    out = tmp_path / "upload"
+    stage(ckpt, out, "acme/eagle3-tiny", [report], target_repo="acme/tiny-llama")
+    info = json.loads((out / "engines" / "vllm" / "draftsmith_export.json").read_text())
+    assert info["speculative_config"]["num_speculative_tokens"] == 2  # the report's, not the layout's 3
+    assert info["speculative_depth"]["chosen_by"] == "report"
+    assert info["speculative_depth"]["report"] == "measured.json"  # no local path is published
+    card = (out / "README.md").read_text()
+    assert "| mt_bench.jsonl | 0.0 | 2 | 1.62x | cpu |" in card
+    assert '"num_speculative_tokens": 2' in card  # the card's vLLM command serves at that depth
+
+
 def test_base_model_metadata_for_a_hub_target(ckpt, target, tmp_path):
     config = json.loads((ckpt / "config.json").read_text())
     config["target"]["name_or_path"] = "meta-llama/Llama-3.1-8B-Instruct"

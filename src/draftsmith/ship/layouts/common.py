@@ -115,6 +115,10 @@ class Export:
         layer_ids: `{"canonical": [...], engine: [...]}` when the drafter reads target layers.
         speculative: vLLM's speculative config (`"model": "{dir}"`), the one `serve` shows and
             `draftsmith engine-eval` starts vLLM with; None for the other engines.
+        served_depths: the `num_speculative_tokens` vLLM serves this layout with, `(fewest, most)` (None: no
+            limit): Medusa's heads, P-EAGLE's trained depths and DFlash's block bound it.
+        depth_choice: how `num_speculative_tokens` was chosen (ship/export.py `choose_depth`), recorded in
+            draftsmith_export.json; None when the layout has no speculative config.
     """
 
     layout: str
@@ -127,6 +131,8 @@ class Export:
     extra: dict[str, Callable[[Path], None]] = field(default_factory=dict)
     layer_ids: dict[str, list[int]] | None = None
     speculative: dict[str, Any] | None = None
+    served_depths: tuple[int, int | None] = (1, None)
+    depth_choice: dict[str, Any] | None = None
 
 
 def vllm_speculative(method: str, depth: int, model: bool = True, **extra: Any) -> dict[str, Any]:
@@ -350,6 +356,7 @@ def write_export(export: Export, out: str | Path, source: dict[str, Any], passed
             "validation": passed,
             "serve": export.serve,
             "speculative_config": export.speculative,
+            "speculative_depth": export.depth_choice,
             "notes": export.notes,
         }
         write_json(tmp / "draftsmith_export.json", info)

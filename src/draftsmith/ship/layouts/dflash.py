@@ -165,6 +165,7 @@ def dflash_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         layer_ids={"canonical": canonical, "vllm": ids},
         serve=[vllm_serve(target.path, speculative)],
         speculative=speculative,
+        served_depths=(B - 1, B - 1),  # vLLM's block size is num_speculative_tokens + 1: the trained block
         notes=[
             "aux_hidden_state_layer_ids are canonical ids (the stream entering layer i); vLLM maps them to "
             "z-lab's target_layer_ids as id - 1 (vllm#40727). Pin the vLLM version and check acceptance once.",

@@ -77,6 +77,7 @@ def medusa_vllm(source: dict[str, Any], target: TargetInfo, engine: str) -> tupl
         },
         serve=[vllm_serve(target.path, speculative)],
         speculative=speculative,
+        served_depths=(1, K),  # vLLM sets num_heads to num_speculative_tokens (ENGINES.md 5.1)
         notes=["vLLM proposes a top-1 chain from Medusa heads (no tree)."],
     )
     spec = LayoutSpec(

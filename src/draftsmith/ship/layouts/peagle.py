@@ -71,6 +71,7 @@ def peagle_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         layer_ids=base.layer_ids,
         serve=[vllm_serve(target.path, speculative)],
         speculative=speculative,
+        served_depths=(1, D),
         notes=[
             "parallel_drafting must be true in the speculative config (vLLM leaves it off): without it vLLM "
             f"drafts autoregressively. num_speculative_tokens may be lowered, not raised above {D} (the depths "
