@@ -62,6 +62,32 @@ def depth_table(reports: list[dict[str, Any]]) -> list[str]:
     return table(["data", "T", *(f"depth {k}" for k in range(1, depth + 1))], rows)
 
 
+def recommendation_table(reports: list[dict[str, Any]]) -> list[str]:
+    """The draft depth each report recommends (`recommended_depth`, eval/depth.py) and its expected speedup, one
+    row per report that has one; none without."""
+    rows = []
+    for r in reports:
+        depth = r.get("recommended_depth")
+        if depth is None:
+            continue
+        s = r.get("settings", {})
+        device = s.get("versions", {}).get("device_name", "-")
+        rows.append([s.get("data", "-"), _fmt(s.get("temperature"), 1), *_recommended_cells(r), device])
+    if not rows:
+        return []
+    return table(["data", "T", "recommended depth", "expected speedup", "device"], rows)
+
+
+def _recommended_cells(report: dict[str, Any]) -> list[str]:
+    """The depth and expected-speedup cells: "off" and the best depth's figure when no depth pays."""
+    speedups = report.get("expected_speedup_by_depth") or []
+    if report["recommended_depth"] == 0:
+        best = max(range(len(speedups)), key=lambda i: speedups[i], default=None)
+        shown = f"no depth pays (best {best + 1}: {_fmt(speedups[best], 2)}x)" if best is not None else "-"
+        return ["off", shown]
+    return [str(report["recommended_depth"]), f"{_fmt(report.get('recommended_speedup'), 2)}x"]
+
+
 def versions_line(reports: list[dict[str, Any]]) -> str:
     """The draftsmith, torch and transformers versions and the device of the reports, each distinct line once."""
     seen = []
@@ -146,6 +172,17 @@ def _measured_section(reports: list[dict[str, Any]]) -> list[str]:
         out += (
             ["Acceptance at each draft depth (given the earlier depths were accepted):", ""] + depths + [""]
         )
+    recommended = recommendation_table(reports)
+    if recommended:
+        out += [
+            "The draft depth to serve (vLLM's `num_speculative_tokens`; the vLLM export uses the first report's): "
+            "the one with the highest expected speedup, predicted from the acceptance at each depth and the "
+            "measured cost of a draft step and of a verification on the device named; off when no depth beats "
+            "plain decoding.",
+            "",
+            *recommended,
+            "",
+        ]
     return out + [f"Versions and device: {versions_line(reports)}.", ""]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from eval_report import REPORT  # tests/unit/ship/, on the path
 
-from draftsmith.ship.model_card import depth_table, render_card, tau_table
+from draftsmith.ship.model_card import depth_table, recommendation_table, render_card, tau_table
 
 # Fields missing, a depth not measured (None), an integer figure; then fields present but null; then nothing.
 SPARSE = {
@@ -187,3 +187,28 @@ def test_an_unmeasured_drafter_without_a_training_record():
         in card
     )
     assert "**hf** (medusa-hf):\n\n```bash\nx acme/m\n```\n\nMeasure it again" in card
+
+
+def test_the_card_states_the_recommended_depth_and_its_expected_speedup():
+    pays = {**REPORT, "expected_speedup_by_depth": [1.45, 1.62, 1.6], "recommended_depth": 2}
+    pays["recommended_speedup"] = 1.62
+    off = {
+        "settings": {"data": "gsm8k.jsonl", "temperature": 0.7, "versions": {"device_name": "NVIDIA H100"}},
+        "expected_speedup_by_depth": [0.74, 0.81],
+        "recommended_depth": 0,
+        "recommended_speedup": 1.0,
+    }
+    tree = {**REPORT, "recommended_depth": None, "expected_speedup_by_depth": None}
+    assert recommendation_table([pays, off, tree, SPARSE]) == [
+        "| data | T | recommended depth | expected speedup | device |",
+        "|---|---|---|---|---|",
+        "| mt_bench.jsonl | 0.0 | 2 | 1.62x | cpu |",
+        "| gsm8k.jsonl | 0.7 | off | no depth pays (best 2: 0.81x) | NVIDIA H100 |",
+    ]
+    assert recommendation_table([REPORT, tree]) == []  # reports from before the recommendation, a tree run
+    card = render_card("acme/eagle3-tiny", SOURCE, [pays], EXPORTS, "apache-2.0")
+    assert (
+        "| mt_bench.jsonl | 0.0 | 0.610 | 0.420 | 0.300 |\n\nThe draft depth to serve (vLLM's "
+        "`num_speculative_tokens`; the vLLM export uses the first report's)" in card
+    )
+    assert "|---|---|---|---|---|\n| mt_bench.jsonl | 0.0 | 2 | 1.62x | cpu |\n\nVersions and device:" in card
