@@ -88,7 +88,7 @@ def test_logits_and_features_are_the_models_own(arch, targets):
 
 def test_a_target_whose_logits_draftsmith_cannot_reproduce_is_refused(tokenizer, monkeypatch):
     """Simulate an architecture whose post-head transform draftsmith does not know (as Granite's scaling was)."""
-    from draftsmith.models.target import TargetHead
+    from draftsmith.models.target_parts import TargetHead
 
     monkeypatch.setattr(TargetHead, "forward", lambda self, hidden: self.lm_head(hidden))
     with pytest.raises(ValueError, match="does not reproduce"):

@@ -8,7 +8,7 @@ Sources: `.jsonl`, `.json` (an array, or JSON Lines), `.parquet`, `.txt`, gzip o
 (`datasets.load_dataset`; a local folder of data files works too), the built-in `stdlib[:split]` and the
 built-in chat prompts `prompts[:split]` (data/chat_prompts.py).
 
-Formats (auto-detected from the keys of the first record, in FORMAT_KEYS order; `format=` overrides):
+Formats (auto-detected from each record's keys, in FORMAT_KEYS order; `format=` overrides):
 - messages: `messages: [{role, content}]`, optional `tools`; a content that is a list of OpenAI content parts
   is read as their text, concatenated (data/content.py; a non-text part is refused).
 - sharegpt: `conversations: [{from, value}]`, optional `system`, `tools`; speakers mapped by SHAREGPT_ROLES;
@@ -57,7 +57,7 @@ def read_conversations(source: str, format: str = "auto", limit: int | None = No
     Args:
         source: a file path, a `save_to_disk` directory, `hf:owner/name[:split]`, `stdlib[:split]` or
             `prompts[:split]`.
-        format: one of FORMATS, or "auto" to detect it from the keys of the first record.
+        format: one of FORMATS, or "auto" to detect it from each record's keys.
         limit: stop after this many conversations (None: all).
 
     Returns:

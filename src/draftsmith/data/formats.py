@@ -1,6 +1,6 @@
 """The record formats draftsmith reads (see data/conversations.py for the list), each converted into the one
-shape training and evaluation use: `Conversation`. Detection goes by the keys of the first record, in
-FORMAT_KEYS order."""
+shape training and evaluation use: `Conversation`. Detection goes by each record's keys, in FORMAT_KEYS order
+(a file may mix formats: `draftsmith data mix` writes chat records and documents in one file)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,8 @@ def _convert(
     records: Iterator[tuple[int, Any]], label: str, format: str, limit: int | None
 ) -> list[Conversation]:
     out: list[Conversation] = []
-    fmt = None if format == "auto" else format
+    fmt = format
+    logged: set[str] = set()
     seen = 0
     for index, record in records:
         if limit is not None and len(out) >= limit:
@@ -89,9 +90,11 @@ def _convert(
         where = f"{label}:{index}"
         if not isinstance(record, dict):
             raise ValueError(f"{where}: record is a JSON {type(record).__name__}; expected a JSON object")
-        if fmt is None:
+        if format == "auto":  # each record by its own keys: one file may mix formats (`draftsmith data mix`)
             fmt = detect_format(record, where)
-            logger.info("%s: reading as format %r", label, fmt)
+            if fmt not in logged:
+                logged.add(fmt)
+                logger.info("%s: reading as format %r", where, fmt)
         for keys in FORMAT_KEYS[fmt]:
             if all(k in record for k in keys):
                 break

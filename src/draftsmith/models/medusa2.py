@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from .medusa import MedusaHeads
-from .target import FrozenTarget, TargetHead, find_decoder
+from .target import FrozenTarget, find_decoder
+from .target_parts import TargetHead
 
 ADAPTER_DIR = "adapter"
 

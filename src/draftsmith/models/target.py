@@ -25,6 +25,7 @@ from torch import nn
 from .gguf import is_gguf, pretrained_source
 from .identity import sha256_text, tokenizer_fingerprint, weights_fingerprint
 from .parts import with_cache
+from .target_parts import PlainEmbedding, TargetHead
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +260,11 @@ class FrozenTarget:
         full `[B, T, V]` logits of a long batch would not fit beside the model at a 262k vocabulary)."""
         flat = final.reshape(-1, final.shape[-1])
         ids = [self.head(flat[i : i + TOP1_CHUNK]).argmax(-1) for i in range(0, flat.shape[0], TOP1_CHUNK)]
-        return torch.cat(ids).reshape(final.shape[:-1]) if ids else flat.new_zeros(final.shape[:-1], dtype=torch.long)
+        return (
+            torch.cat(ids).reshape(final.shape[:-1])
+            if ids
+            else flat.new_zeros(final.shape[:-1], dtype=torch.long)
+        )
 
     def batch_features(
         self, batch: dict[str, torch.Tensor], layer_ids: Sequence[LayerId], return_logits: bool = False
@@ -276,7 +281,10 @@ class FrozenTarget:
                 f"the batch's cached features lack layer ids {missing}; rebuild the cache for this recipe"
             )
         dtype = self.lm_head.weight.dtype
-        feats = {lid: batch[feature_key(lid)] if lid == TOP1 else batch[feature_key(lid)].to(dtype) for lid in layer_ids}
+        feats = {
+            lid: batch[feature_key(lid)] if lid == TOP1 else batch[feature_key(lid)].to(dtype)
+            for lid in layer_ids
+        }
         logits = self.head(batch[feature_key("final")].to(dtype)) if return_logits else None
         return feats, logits
 
@@ -309,60 +317,6 @@ def check_vocabulary(tokenizer: Any, vocab_size: int, name: str) -> None:
             f"target {name!r}: its tokenizer has {size} tokens but the model's embedding only {vocab_size} rows; "
             "use the tokenizer saved with the model (or resize the model's embeddings after adding tokens)"
         )
-
-
-class TargetHead(nn.Module):
-    """The target's logits from its post-norm state, exactly as the model's own forward computes them:
-    the LM head, then Granite's `logits / logits_scaling`, Cohere's `logits * logit_scale` and Gemma-2/3's
-    `tanh(logits / c) * c` final soft-capping where the config sets them. `FrozenTarget.check_exact`
-    proves the result equals `model(...).logits` for every target it loads.
-
-    Not a submodule of any drafter (drafters keep it in `FrozenParts`), so it is never trained nor saved.
-    """
-
-    def __init__(self, lm_head: nn.Module, text_config: Any):
-        super().__init__()
-        self.lm_head = lm_head
-        self.divide = float(getattr(text_config, "logits_scaling", None) or 1.0)
-        self.multiply = float(getattr(text_config, "logit_scale", None) or 1.0)
-        self.softcap = getattr(text_config, "final_logit_softcapping", None)
-
-    @property
-    def weight(self) -> torch.Tensor:
-        weight: Any = self.lm_head.weight
-        return weight
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(hidden)
-        if self.divide != 1.0:
-            logits = logits / self.divide
-        if self.multiply != 1.0:
-            logits = logits * self.multiply
-        if self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
-        return logits
-
-
-class PlainEmbedding(nn.Module):
-    """The target's embedding table looked up without any scale. Gemma multiplies embeddings by sqrt(H)
-    (inside the module for Gemma-3, in the decoder for Gemma-2) and Granite by `embedding_multiplier`; the
-    engines' Llama-style drafts embed with the plain table, so drafters train on exactly what they are
-    served with (ModelOpt's Gemma report: a scale present in training and absent in serving gave tau 1.004).
-    """
-
-    def __init__(self, embedding: nn.Module):
-        super().__init__()
-        self.table = embedding
-
-    @property
-    def weight(self) -> torch.Tensor:
-        weight: Any = self.table.weight
-        return weight
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if getattr(self.table, "embed_scale", None) is None:
-            return self.table(ids)  # through the module: ZeRO-3 gathers its sharded weight in its hooks
-        return torch.nn.functional.embedding(ids, self.weight)  # Gemma-3: the table without its scale
 
 
 def find_decoder(model: Any) -> Any:

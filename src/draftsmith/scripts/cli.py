@@ -4,6 +4,7 @@
     draftsmith data inspect --config RECIPE [k=v ...]    show rendered samples and trained tokens
     draftsmith data regenerate --target DIR --data SRC --out FILE
                                                          the target's own answers (distillation data)
+    draftsmith data mix SOURCE[@N] ... --out FILE        many sources in one deduplicated, shuffled file
     draftsmith train METHOD --config RECIPE [k=v ...]    train a drafter (single process; use
                                                          `accelerate launch train/METHOD.py` for several);
                                                          the methods and the kinds they train are below
@@ -66,6 +67,7 @@ def _data(argv: Sequence[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: draftsmith data inspect --config RECIPE [KEY=VALUE ...] [--num-samples N] [--no-color]")
         print("       draftsmith data regenerate --target DIR --data SRC --out FILE.jsonl [options]")
+        print("       draftsmith data mix SOURCE[@N] ... --out FILE.jsonl [--exclude SRC ...] [--target DIR]")
         print("`draftsmith data ACTION --help` explains each action.")
         return 0 if argv else 2
     if argv[0] == "inspect":
@@ -76,7 +78,11 @@ def _data(argv: Sequence[str]) -> int:
         from draftsmith.scripts.data.regenerate import main as regenerate_main
 
         return regenerate_main(list(argv[1:]))
-    print(f"draftsmith data: unknown action {argv[0]!r}; available: inspect, regenerate")
+    if argv[0] == "mix":
+        from draftsmith.scripts.data.mix import main as mix_main
+
+        return mix_main(list(argv[1:]))
+    print(f"draftsmith data: unknown action {argv[0]!r}; available: inspect, regenerate, mix")
     return 2
 
 

@@ -32,7 +32,8 @@ from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_pos
 from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, draft_layer_indices, save_draft_lm
 from draftsmith.models.losses import distill_loss
 from draftsmith.models.parts import shift_left
-from draftsmith.models.target import FrozenTarget, LayerId, TargetHead, stop_token_ids
+from draftsmith.models.target import FrozenTarget, LayerId, stop_token_ids
+from draftsmith.models.target_parts import TargetHead
 from draftsmith.runtime.display import table
 from draftsmith.runtime.errors import run_main
 from draftsmith.runtime.tokens import left_pad

@@ -51,10 +51,10 @@ from draftsmith.train.core.recipe import (
 from draftsmith.train.eagle_chunks import (
     argmax_ce,
     data_labels,
-    top1_labels,
     eagle1_chunk,
     eagle3_chunk,
     eagle3_data_chunk,
+    top1_labels,
 )
 
 TAU_ESTIMATE_DEPTH = 5  # EAGLE-1 trains one step; its estimate assumes that accuracy at every depth
@@ -158,7 +158,8 @@ class EagleMethod(TrainingMethod):
         soft = self.soft_labels
         # `final` gives the soft labels (EAGLE-1: also the regression targets); data labels need no target state,
         # top1 labels the target's greedy tokens (cached, or computed here with the features)
-        extra: list[LayerId] = {"target": ["final"], "top1": [TOP1], "data": []}[self.labels]
+        extras: dict[str, list[LayerId]] = {"target": ["final"], "top1": [TOP1], "data": []}
+        extra = extras[self.labels]
         wanted: list[LayerId] = [*self.feature_layers, *extra]
         layers = tuple(dict.fromkeys(wanted))
         feats, _ = self.target.batch_features(batch, layers)

@@ -315,9 +315,18 @@ def test_record_level_errors(tmp_path: Path) -> None:
     assert "r.jsonl:1" in msg and "alien" in msg
     msg = bad({"instruction": "do", "output": 3}, first={"instruction": "i", "output": "o"})
     assert "r.jsonl:1" in msg and "'output' is a int" in msg
-    # The first record decides the format; later records must have its keys.
-    msg = bad({"question": "q", "answer": "a"})
-    assert "r.jsonl:1" in msg and "format 'messages' needs keys messages" in msg
+    # Each record's own keys decide its format (a `draftsmith data mix` file holds chats and documents); a
+    # record of no known format is named; an explicit format holds for every record.
+    (tmp_path / "m.jsonl").write_text(
+        json.dumps(MESSAGES[1]) + "\n" + json.dumps({"question": "q", "answer": "a"})
+    )
+    mixed = read_conversations(str(tmp_path / "m.jsonl"))
+    assert [m["content"] for m in mixed[1].messages] == ["q", "a"]
+    assert "r.jsonl:1" in bad({"prompt_text": "q"}) and "cannot tell the data format" in bad(
+        {"prompt_text": "q"}
+    )
+    with pytest.raises(ValueError, match="format 'messages' needs keys messages"):
+        read_conversations(str(tmp_path / "m.jsonl"), format="messages")
 
 
 # Rows as a server that answers with OpenAI content-part lists writes them, and the text each message holds.

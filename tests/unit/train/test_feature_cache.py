@@ -113,6 +113,30 @@ def test_top1_labels_cache_the_targets_greedy_tokens_as_int32(tiny_toy_target, t
     assert cache.index["splits"]["train"]["feature_bytes"] == tokens * (3 * target.hidden_size + 4) + scales
 
 
+def test_max_samples_trains_on_the_caches_first_samples(bf16_cache):
+    """`data.max_samples=N` with a cache: its first N train samples (across shards), with their own stats; the
+    eval split is the cache's whole eval split."""
+    from draftsmith.train.core.data import load_cached_datasets
+
+    cache = FeatureCache.open(bf16_cache)
+    full = load_cached_datasets(cache, torch.float32)
+    n = cache.index["splits"]["train"]["shards"][0]["samples"][1] + 2  # one shard and part of the next
+    part = load_cached_datasets(cache, torch.float32, max_samples=n)
+    assert len(part.train) == n < len(full.train) and len(part.eval) == len(full.eval)
+    for i in (0, n - 1):
+        assert torch.equal(part.train[i]["feat.2"], full.train[i]["feat.2"])
+    with pytest.raises(IndexError):
+        part.train[n]
+    items = [full.train[i] for i in range(n)]
+    stats = part.stats["train"]
+    assert stats.samples == n
+    assert stats.tokens == sum(len(x["input_ids"]) for x in items)
+    assert stats.trained_tokens == sum(int(x["loss_mask"].sum()) for x in items)
+    assert stats.max_length == max(len(x["input_ids"]) for x in items)
+    assert sample_lengths(part.train) == [len(x["input_ids"]) for x in items]
+    assert load_cached_datasets(cache, torch.float32, max_samples=10**6).stats == full.stats
+
+
 def test_fp8_cache_halves_the_bytes(tiny_toy_target, bf16_cache, tmp_path):
     fp8 = build(eagle_cfg(tiny_toy_target, tmp_path / "fp8"), storage="fp8")
     a, b = FeatureCache.open(bf16_cache).index, FeatureCache.open(fp8).index

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
@@ -65,6 +65,28 @@ def target_features(
         lid: [(f[i, :n].float() if f.is_floating_point() else f[i, :n]).cpu() for i, n in enumerate(lengths)]
         for lid, f in feats.items()
     }
+
+
+def shard_features(
+    target: FrozenTarget,
+    samples: list[dict[str, torch.Tensor]],
+    layers: Sequence[LayerId],
+    pad_id: int,
+    batch_size: int,
+    advance: Callable[[int], Any] = lambda n: None,
+) -> dict[LayerId, list[torch.Tensor]]:
+    """Each layer's rows for every sample of a shard, in the samples' order. The target runs on batches of
+    samples of similar length (sorted by length): a shuffled mix batched as it comes pads every row to the
+    longest of the batch (measured: 2.5x the tokens actually run on a mix of chats and 500-token documents)."""
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i]["input_ids"]))
+    rows: dict[LayerId, list[torch.Tensor | None]] = {lid: [None] * len(samples) for lid in layers}
+    for i in range(0, len(order), batch_size):
+        picked = order[i : i + batch_size]
+        for lid, feats in target_features(target, [samples[k] for k in picked], layers, pad_id).items():
+            for k, f in zip(picked, feats, strict=True):
+                rows[lid][k] = f
+        advance(len(picked))
+    return {lid: [f for f in fs if f is not None] for lid, fs in rows.items()}
 
 
 def build_cache(
@@ -121,11 +143,7 @@ def build_cache(
             bar.update(end - start)
             continue
         samples = [dataset[i] for i in range(start, end)]
-        features: dict[LayerId, list[torch.Tensor]] = {lid: [] for lid in layers}
-        for i in range(0, len(samples), batch_size):
-            for lid, rows in target_features(target, samples[i : i + batch_size], layers, pad_id).items():
-                features[lid] += rows
-            bar.update(min(batch_size, len(samples) - i))
+        features = shard_features(target, samples, layers, pad_id, batch_size, bar.update)
         write_shard(out, name, samples, features, storage, first_sample=start)
     bar.close()
     return planned

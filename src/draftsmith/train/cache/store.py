@@ -54,7 +54,9 @@ class CacheError(ValueError):
 
 
 def parse_layer_id(text: str) -> LayerId:
-    return text if text in ("final", TOP1) else int(text)
+    if text == "final":
+        return "final"
+    return TOP1 if text == TOP1 else int(text)
 
 
 # --- storage codec -------------------------------------------------------------------------------------
@@ -363,6 +365,35 @@ class CachedFeatureDataset(Dataset):
             item[key] = decode(handle.get_slice(key)[a:b], scales.get(key + ".scale"), self.dtype)
         return item
 
+    def head(self, n: int) -> CachedFeatureDataset:
+        """The first `n` samples (the same shards, read no further)."""
+        if n < 1:
+            raise ValueError(f"a cache subset needs at least one sample, got {n}")
+        view = CachedFeatureDataset(self.directory, self.shards, self.layers, self.dtype, self.unverified)
+        view._count = min(n, self._count)
+        return view
+
+    def stats(self) -> Any:
+        """`DataStats` of these samples: count, tokens, trained tokens and the longest, read from the shards'
+        offsets and loss masks (no features decoded)."""
+        from draftsmith.train.core.data import DataStats
+
+        stats = DataStats()
+        for k, entry in enumerate(self.shards):
+            first = entry["samples"][0]
+            if first >= self._count:
+                break
+            handle, offsets, _ = self._open(k)
+            n = min(entry["samples"][1], self._count) - first
+            lengths = [offsets[i + 1] - offsets[i] for i in range(n)]
+            stats.samples += n
+            stats.tokens += sum(lengths)
+            stats.trained_tokens += int(handle.get_slice("loss_mask")[: offsets[n]].sum())
+            stats.max_length = max([stats.max_length, *lengths])
+        return stats
+
     def tokens_only(self) -> CachedFeatureDataset:
         """The same samples without their features (cheap: for token statistics such as EAGLE-3's vocabulary)."""
-        return CachedFeatureDataset(self.directory, self.shards, [], self.dtype, self.unverified)
+        view = CachedFeatureDataset(self.directory, self.shards, [], self.dtype, self.unverified)
+        view._count = self._count
+        return view

@@ -64,7 +64,7 @@ class DataConfig:
         default=None,
         metadata={
             "help": "Read at most this many train records, in source order, before the eval hold-out "
-            "(None: all). For quick runs."
+            "(None: all). For quick runs. With data.cache: train on the cache's first this many train samples."
         },
     )
     eval_max_samples: int | None = field(
@@ -189,16 +189,22 @@ class DataBundle:
     content: dict[str, str] | None = None
 
 
-def load_cached_datasets(cache: Any, dtype: torch.dtype) -> DataBundle:
-    """The train and eval splits of an opened `FeatureCache`, features decoded to `dtype`."""
+def load_cached_datasets(cache: Any, dtype: torch.dtype, max_samples: int | None = None) -> DataBundle:
+    """The train and eval splits of an opened `FeatureCache`, features decoded to `dtype`; with `max_samples`,
+    the first that many train samples only (a cache of a shuffled mix, `draftsmith data mix`, then trains on a
+    smaller sample of the same mix: the scaling curve's points share one cache and one eval split)."""
     stats = {}
     for split in ("train", "eval"):
         info = cache.index["splits"].get(split, {"samples": 0, "tokens": 0, "trained_tokens": 0})
         stats[split] = DataStats(
             samples=info["samples"], tokens=info["tokens"], trained_tokens=info["trained_tokens"]
         )
+    train = cache.dataset("train", dtype)
+    if max_samples is not None and max_samples < len(train):
+        train = train.head(max_samples)
+        stats["train"] = train.stats()
     evals = cache.dataset("eval", dtype) if "eval" in cache.index["splits"] else TokenizedDataset([], [], [])
-    return DataBundle(train=cache.dataset("train", dtype), eval=evals, stats=stats, content=cache.data_sha256)
+    return DataBundle(train=train, eval=evals, stats=stats, content=cache.data_sha256)
 
 
 def build_datasets(

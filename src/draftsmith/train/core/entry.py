@@ -149,7 +149,7 @@ def _load_target_and_data(
     target = FrozenTarget.load(cfg.target, accelerator.device, layers=recipe.offline_target_layers(cfg))
     check_target_identity(cache.index["target"], target.identity(), f"the cache {cache.directory}")
     cache.require_layers(recipe.cache_layers(cfg, target), recipe.prog)
-    return target, load_cached_datasets(cache, target.lm_head.weight.dtype)
+    return target, load_cached_datasets(cache, target.lm_head.weight.dtype, cfg.data.max_samples)
 
 
 def _shard_target(method: TrainingMethod, target: FrozenTarget, accelerator: Accelerator) -> None:
