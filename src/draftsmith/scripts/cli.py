@@ -5,6 +5,8 @@
     draftsmith data regenerate --target DIR --data SRC --out FILE
                                                          the target's own answers (distillation data)
     draftsmith data mix SOURCE[@N] ... --out FILE        many sources in one deduplicated, shuffled file
+    draftsmith data needed --point TOKENS=REPORT ... --tau X
+                                                         the training tokens a tau needs, from a curve
     draftsmith train METHOD --config RECIPE [k=v ...]    train a drafter (single process; use
                                                          `accelerate launch train/METHOD.py` for several);
                                                          the methods and the kinds they train are below
@@ -68,6 +70,7 @@ def _data(argv: Sequence[str]) -> int:
         print("usage: draftsmith data inspect --config RECIPE [KEY=VALUE ...] [--num-samples N] [--no-color]")
         print("       draftsmith data regenerate --target DIR --data SRC --out FILE.jsonl [options]")
         print("       draftsmith data mix SOURCE[@N] ... --out FILE.jsonl [--exclude SRC ...] [--target DIR]")
+        print("       draftsmith data needed --point TOKENS=REPORT.json ... --tau X")
         print("`draftsmith data ACTION --help` explains each action.")
         return 0 if argv else 2
     if argv[0] == "inspect":
@@ -82,7 +85,11 @@ def _data(argv: Sequence[str]) -> int:
         from draftsmith.scripts.data.mix import main as mix_main
 
         return mix_main(list(argv[1:]))
-    print(f"draftsmith data: unknown action {argv[0]!r}; available: inspect, regenerate, mix")
+    if argv[0] == "needed":
+        from draftsmith.scripts.data.needed import main as needed_main
+
+        return needed_main(list(argv[1:]))
+    print(f"draftsmith data: unknown action {argv[0]!r}; available: inspect, regenerate, mix, needed")
     return 2
 
 
