@@ -33,7 +33,7 @@ from draftsmith.models.objectives import (
     per_column,
 )
 from draftsmith.models.parts import shift_left
-from draftsmith.models.target import TOP1, FrozenTarget, LayerId
+from draftsmith.models.target import TOP1, FrozenTarget, LayerId, feature_key
 from draftsmith.runtime.display import table
 from draftsmith.runtime.errors import run_main
 from draftsmith.train.core.data import DataBundle, tokens_view
@@ -252,6 +252,23 @@ def assistant_token_counts(dataset: object, vocab_size: int) -> torch.Tensor:
     return counts
 
 
+def label_token_counts(dataset: object, vocab_size: int, labels: str) -> torch.Tensor:
+    """How often each token id is a label (EAGLE-3's vocabulary scan): the trained tokens of the data, or with
+    `draft.labels: top1` and a cache that holds them, the target's greedy tokens that predict them (on text the
+    target did not write, the tokens it would say are the ones to keep in the draft vocabulary)."""
+    layers = getattr(dataset, "layers", [])
+    if labels != "top1" or TOP1 not in layers:
+        return assistant_token_counts(dataset, vocab_size)
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    view: Any = dataset.only([TOP1])  # type: ignore[attr-defined]
+    for i in range(len(view)):
+        sample = view[i]
+        counts += torch.bincount(
+            sample[feature_key(TOP1)][:-1][sample["loss_mask"][1:]], minlength=vocab_size
+        )
+    return counts
+
+
 def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -> Eagle1Draft | Eagle3Draft:
     if cfg.draft.version == 1:
         draft: Eagle1Draft | Eagle3Draft = Eagle1Draft(cfg.draft, target.model.config, target.vocab_size)
@@ -260,7 +277,7 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
         draft = _Eagle3Train(cfg.draft, target.model.config, vd)
         if draft.draft_vocab_size < target.vocab_size:
             draft.set_vocab_map(
-                *build_vocab_map(assistant_token_counts(train_dataset, target.vocab_size), vd)
+                *build_vocab_map(label_token_counts(train_dataset, target.vocab_size, cfg.draft.labels), vd)
             )
         if cfg.draft.head_init == "target":
             draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)

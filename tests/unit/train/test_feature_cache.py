@@ -108,6 +108,19 @@ def test_top1_labels_cache_the_targets_greedy_tokens_as_int32(tiny_toy_target, t
     assert torch.equal(item["feat.top1"], logits.argmax(-1))
     with safe_open(str(cache.directory / cache.index["splits"]["train"]["shards"][0]["file"]), "pt") as f:
         assert f.get_slice("feat.top1").get_dtype() == "I32"
+    # The draft vocabulary is chosen from the labels: the target's greedy tokens at the trained positions
+    from draftsmith.train.eagle import label_token_counts
+
+    train = cache.dataset("train")
+    expected = torch.zeros(target.vocab_size, dtype=torch.long)
+    for i in range(len(train)):
+        logits = target.model(train[i]["input_ids"][None]).logits[0]
+        expected += torch.bincount(
+            logits.argmax(-1)[:-1][train[i]["loss_mask"][1:]], minlength=target.vocab_size
+        )
+    assert torch.equal(label_token_counts(train, target.vocab_size, "top1"), expected)
+    data_counts = label_token_counts(train, target.vocab_size, "data")
+    assert not torch.equal(data_counts, expected)  # the data's tokens are not the target's
     # per token, one byte per tap channel and four for the label; per shard, a float32 scale per tap channel
     scales = 4 * 3 * target.hidden_size * len(cache.index["splits"]["train"]["shards"])
     assert cache.index["splits"]["train"]["feature_bytes"] == tokens * (3 * target.hidden_size + 4) + scales

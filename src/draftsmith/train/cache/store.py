@@ -394,6 +394,10 @@ class CachedFeatureDataset(Dataset):
 
     def tokens_only(self) -> CachedFeatureDataset:
         """The same samples without their features (cheap: for token statistics such as EAGLE-3's vocabulary)."""
-        view = CachedFeatureDataset(self.directory, self.shards, [], self.dtype, self.unverified)
+        return self.only([])
+
+    def only(self, layers: Sequence[LayerId]) -> CachedFeatureDataset:
+        """The same samples with only `layers` decoded (e.g. `top1` alone for a vocabulary scan)."""
+        view = CachedFeatureDataset(self.directory, self.shards, list(layers), self.dtype, self.unverified)
         view._count = self._count
         return view
