@@ -116,6 +116,7 @@ def evaluate(args: argparse.Namespace, drafters: dict[str, str]) -> None:
     """Every drafter on every set, chain depth 5 at T = 0; plain decoding once per set."""
     from draftsmith.eval.acceptance import EvalArgs
     from draftsmith.eval.acceptance import evaluate as run_eval
+    from draftsmith.eval.depth import recalibrated
     from draftsmith.eval.drafters import load_drafter_spec
     from draftsmith.eval.report import TurnResult
     from draftsmith.models.target import FrozenTarget, TargetConfig
@@ -155,6 +156,7 @@ def evaluate(args: argparse.Namespace, drafters: dict[str, str]) -> None:
             base = json.loads(base_path.read_text())
             report["speedup"] = report["tokens_per_s"] / base["tokens_per_s"]
             report["lossless"] = [turn.spec.tokens for turn in turns] == base["answers"]
+            report.update(recalibrated(report, DEPTH, base["tokens_per_s"]))  # against the set's plain rate
             write_json(path, report)
 
 

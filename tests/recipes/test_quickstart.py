@@ -39,7 +39,7 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
     assert quickstart.main(args) == 0
     printed = capsys.readouterr().out
     lines = printed.splitlines()
-    header = lines.index("| drafter | tree | tau | alpha | speedup | lossless |")
+    header = lines.index("| drafter | tree | tau | alpha | speedup | recommended depth | lossless |")
     rows = lines[header + 2 : header + 6]
     assert [r.split("|")[1:3] for r in rows] == [
         [" EAGLE-3 (trained) ", " chain "],
@@ -47,7 +47,12 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
         [" ngram (prompt lookup) ", " chain "],
         [" ngram (prompt lookup) ", " topk:3 "],
     ]
-    assert all(r.split("|")[6].strip() == "True" for r in rows)  # every answer equals plain greedy decoding
+    assert all(r.split("|")[7].strip() == "True" for r in rows)  # every answer equals plain greedy decoding
+    # A chain row states the depth its own acceptance and costs recommend (the report's), a tree row none
+    chain_report = json.loads((out / next(out.glob("eagle3-*")).name / "final" / "eval.json").read_text())
+    depth = chain_report["recommended_depth"]
+    expected = "off" if depth == 0 else f"{depth} ({chain_report['recommended_speedup']:.2f}x)"
+    assert rows[0].split("|")[6].strip() == expected and rows[1].split("|")[6].strip() == "-"
     answers = [json.loads(line) for line in (out / "data" / "answers.jsonl").read_text().splitlines()]
     meta = json.loads((out / "data" / "answers.jsonl.meta.json").read_text())
     assert (

@@ -30,7 +30,7 @@ from draftsmith.data.chat_render import render_prompt
 from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
 from draftsmith.data.formats import Conversation
 from draftsmith.eval.decoder import Generation, SpeculativeDecoder, plain_decode
-from draftsmith.eval.depth import prediction, unpredicted
+from draftsmith.eval.depth import Calibration, prediction, unpredicted
 from draftsmith.eval.drafters import load_drafter_spec, served_target
 from draftsmith.eval.drafters.base import Drafter
 from draftsmith.eval.drift import adapter_drift
@@ -276,7 +276,8 @@ def depth_prediction(
     if not shape.is_chain:
         return unpredicted()
     verify = decoding.cost_profile(conv, shape.depth + 1)
-    return prediction(report["acceptance_by_depth"], report["draft_cost_s"], verify)
+    calibration = Calibration.from_report(report, shape.depth, verify)
+    return prediction(report["acceptance_by_depth"], report["draft_cost_s"], verify, calibration)
 
 
 def drift_of_adapter(

@@ -3,11 +3,15 @@
 A report's measured acceptance and costs predict the wall-clock gain of drafting K tokens per step:
 
     tau(K)     = 1 + sum_{k=1..K} prod_{d<=k} a_d        tokens committed per verification (bonus included)
-    speedup(K) = tau(K) * c_plain / (K * c_draft + c_verify(K + 1)),    speedup(0) = 1 (plain decoding)
+    speedup(K) = tau(K) * c_plain / (K * c_draft + r * c_verify(K + 1) + o),    speedup(0) = 1 (plain decoding)
 
 a_d is `acceptance_by_depth[d - 1]`, c_draft the seconds of one draft step (`draft_cost_s`), and
 `verify_cost_s[K]` the seconds of one target forward over K + 1 tokens, so `verify_cost_s[0]` = c_plain is a
-plain decoding step. Only measured depths are predicted: K runs from 1 to the first depth without a rate,
+plain decoding step. r and o calibrate the profile to the run (`Calibration`): r scales the profile to the
+run's own verification time at its depth D, o is the run's time per step outside drafting and verifying, and
+c_plain is plain decoding's measured time per token where the run measured it; then speedup(D) is the run's
+own measured speedup (up to the prompts' prefill) and the other depths differ by what the profile says
+changes. Only measured depths are predicted: K runs from 1 to the first depth without a rate,
 and no further than the cost profile reaches. The recommended depth maximizes speedup over K = 0..Kmax;
 0 means speculation off (no depth beats plain decoding). Pure arithmetic on the report's JSON, so anyone
 can recompute it from a saved report.
@@ -15,8 +19,10 @@ can recompute it from a saved report.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -55,19 +61,52 @@ def _check_costs(draft_cost_s: float, verify_cost_s: Sequence[float]) -> None:
 
 
 def expected_speedups(
-    acceptance_by_depth: Sequence[float | None], draft_cost_s: float, verify_cost_s: Sequence[float]
+    acceptance_by_depth: Sequence[float | None],
+    draft_cost_s: float,
+    verify_cost_s: Sequence[float],
+    calibration: Calibration | None = None,
 ) -> list[float]:
     """speedup(K) for K = 1..Kmax (`predictable_depth`), at index K - 1: tokens per step over the step's cost,
-    against plain decoding's one token per `verify_cost_s[0]`."""
+    against plain decoding's one token per `verify_cost_s[0]` (or the measured plain cost of `calibration`)."""
     _check_costs(draft_cost_s, verify_cost_s)
     bad = [a for a in acceptance_by_depth if a is not None and not 0.0 <= a <= 1.0]
     if bad:
         raise ValueError(f"acceptance_by_depth holds rates outside 0..1: {bad}")
-    plain = verify_cost_s[0] if verify_cost_s else 0.0
+    cal = calibration or Calibration()
+    plain = cal.plain_cost_s if cal.plain_cost_s is not None else (verify_cost_s[0] if verify_cost_s else 0.0)
     return [
-        expected_tokens(acceptance_by_depth, k) * plain / (k * draft_cost_s + verify_cost_s[k])
+        expected_tokens(acceptance_by_depth, k)
+        * plain
+        / (k * draft_cost_s + cal.verify_scale * verify_cost_s[k] + cal.step_overhead_s)
         for k in range(1, predictable_depth(acceptance_by_depth, verify_cost_s) + 1)
     ]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the run itself measured beyond the profile, so the prediction at the run's own depth is its measured
+    speedup and other depths move only by what the profile says changes:
+
+    - `verify_scale`: the run's mean verification time per step over the profile's time for that many tokens
+      (answers grow the context beyond the profile's prompt; the loop's verification does more than a forward);
+    - `step_overhead_s`: the run's wall time per step not spent drafting or verifying (the loop's bookkeeping);
+    - `plain_cost_s`: plain decoding's measured seconds per token (None: the profile's one-token forward)."""
+
+    verify_scale: float = 1.0
+    step_overhead_s: float = 0.0
+    plain_cost_s: float | None = None
+
+    @classmethod
+    def from_report(cls, report: dict[str, Any], depth: int, verify_cost_s: Sequence[float]) -> Calibration:
+        """From a chain report of `depth`: its steps' verification and wall times and, with a baseline, plain
+        decoding's tokens per second. Nothing measured (no step) gives the uncalibrated profile."""
+        steps = report.get("verification_forwards") or 0
+        if steps == 0 or depth >= len(verify_cost_s):
+            return cls()
+        verify, draft = report["verify_time_s"] / steps, report["draft_time_s"] / steps
+        overhead = max(0.0, report["wall_time_s"] / steps - verify - draft)
+        base = report.get("baseline_tokens_per_s")
+        return cls(verify / verify_cost_s[depth], overhead, 1.0 / base if base else None)
 
 
 def recommend(speedups: Sequence[float]) -> tuple[int, float]:
@@ -80,26 +119,46 @@ def recommend(speedups: Sequence[float]) -> tuple[int, float]:
 
 
 def prediction(
-    acceptance_by_depth: Sequence[float | None], draft_cost_s: float | None, verify_cost_s: Sequence[float]
+    acceptance_by_depth: Sequence[float | None],
+    draft_cost_s: float | None,
+    verify_cost_s: Sequence[float],
+    calibration: Calibration | None = None,
 ) -> dict[str, Any]:
-    """The report's depth keys: the cost profile, speedup by depth, the recommended depth and its speedup.
-    Nothing is recommended (None) when no depth can be predicted: no draft was ever made, or none measured."""
+    """The report's depth keys: the cost profile, the calibration, speedup by depth, the recommended depth and
+    its speedup. Nothing is recommended (None) when no depth can be predicted: no draft was ever made, or none
+    measured."""
     speedups = (
-        [] if draft_cost_s is None else expected_speedups(acceptance_by_depth, draft_cost_s, verify_cost_s)
+        []
+        if draft_cost_s is None
+        else expected_speedups(acceptance_by_depth, draft_cost_s, verify_cost_s, calibration)
     )
     depth, speedup = recommend(speedups) if speedups else (None, None)
     return {
         "verify_cost_s": list(verify_cost_s),
+        "cost_calibration": dataclasses.asdict(calibration or Calibration()),
         "expected_speedup_by_depth": speedups,
         "recommended_depth": depth,
         "recommended_speedup": speedup,
     }
 
 
+def recalibrated(report: dict[str, Any], depth: int, baseline_tokens_per_s: float) -> dict[str, Any]:
+    """A chain report's depth keys again with plain decoding measured elsewhere (a run of the same prompts that
+    decoded plainly once for several drafters): the calibration's plain cost from `baseline_tokens_per_s`."""
+    if report.get("verify_cost_s") is None:
+        return unpredicted()
+    profile = report["verify_cost_s"]
+    calibration = Calibration.from_report(
+        {**report, "baseline_tokens_per_s": baseline_tokens_per_s}, depth, profile
+    )
+    return prediction(report["acceptance_by_depth"], report["draft_cost_s"], profile, calibration)
+
+
 def unpredicted() -> dict[str, Any]:
     """The depth keys of a report that predicts nothing (a tree run: the prediction is for chains)."""
     return {
         "verify_cost_s": None,
+        "cost_calibration": None,
         "expected_speedup_by_depth": None,
         "recommended_depth": None,
         "recommended_speedup": None,

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from draftsmith.eval.acceptance import EvalArgs, evaluate, per_prompt_verdicts
+from draftsmith.eval.depth import recalibrated
 from draftsmith.eval.report import TurnResult, summarize
 from draftsmith.models.gguf import PACKAGED, build_packaged
 from draftsmith.models.target import FrozenTarget, TargetConfig
@@ -304,6 +305,7 @@ def compare_drafters(
     target = FrozenTarget.load(TargetConfig(path=str(target_dir)))  # once, for every row
     rows: list[tuple[str, str, dict[str, Any]]] = []
     plain: list[TurnResult] = []
+    plain_rate = 0.0
     for drafter, tree in [
         (str(drafter_dir), "chain"),
         (str(drafter_dir), "topk:3"),
@@ -326,10 +328,11 @@ def compare_drafters(
         turns: list[TurnResult] = []
         report = evaluate(eval_args, target, record=turns)
         if first:  # the evaluator's own baseline, speedup and lossless verdict
-            plain = turns
+            plain, plain_rate = turns, report["baseline_tokens_per_s"]
             write_json(drafter_dir / "eval.json", report)
         else:
             report.update(against_plain(turns, plain))
+            report.update(recalibrated(report, 5, plain_rate))  # its depth prediction against the same plain rate
         rows.append(("EAGLE-3 (trained)" if drafter != "ngram" else "ngram (prompt lookup)", tree, report))
     return results_table(rows, drafter_dir / "eval.json")
 
@@ -343,15 +346,32 @@ def against_plain(turns: list[TurnResult], plain: list[TurnResult]) -> dict[str,
     return {"speedup": summarize(paired)["speedup"], "lossless": lossless}
 
 
+def depth_cell(report: dict[str, Any]) -> str:
+    """A chain row's recommended depth and its expected speedup ('-' for a tree: its acceptance is the tree's)."""
+    depth = report.get("recommended_depth")
+    if depth is None:
+        return "-"
+    return f"{depth} ({report['recommended_speedup']:.2f}x)" if depth else "off"
+
+
 def results_table(rows: list[tuple[str, str, dict[str, Any]]], report: Path) -> str:
     """The quickstart's closing table: a row per drafter and tree (tau, alpha, speedup, lossless)."""
     cells = [
-        (name, tree, fmt_value(r["tau"]), fmt_value(r["alpha"]), f"{r['speedup']:.2f}x", r["lossless"])
+        (
+            name,
+            tree,
+            fmt_value(r["tau"]),
+            fmt_value(r["alpha"]),
+            f"{r['speedup']:.2f}x",
+            depth_cell(r),
+            r["lossless"],
+        )
         for name, tree, r in rows
     ]
-    lines = table(["drafter", "tree", "tau", "alpha", "speedup", "lossless"], cells)
+    lines = table(["drafter", "tree", "tau", "alpha", "speedup", "recommended depth", "lossless"], cells)
     lines.append(
         f"(tau = tokens per target forward, 1.00 = plain decoding; depth 5; speedup = tokens/s against plain "
-        f"decoding on this machine; report: {report})"
+        f"decoding on this machine; recommended depth = the chain depth with the highest expected speedup from "
+        f"this run's acceptance and measured costs, 'off' where none beats plain decoding; report: {report})"
     )
     return "\n".join(lines)

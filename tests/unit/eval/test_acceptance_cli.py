@@ -13,7 +13,7 @@ import torch
 
 from draftsmith.data.conversations import with_answers
 from draftsmith.eval.acceptance import main
-from draftsmith.eval.depth import expected_speedups, recommend, verdict
+from draftsmith.eval.depth import Calibration, expected_speedups, recommend, verdict
 from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.target import FrozenTarget, TargetConfig
@@ -35,6 +35,7 @@ REPORT_KEYS = {
     "settings",
     "draft_cost_s",
     "verify_cost_s",
+    "cost_calibration",
     "expected_speedup_by_depth",
     "recommended_depth",
     "recommended_speedup",
@@ -93,8 +94,12 @@ def test_mt_bench_two_turns_report_plot_and_lossless_check(tiny_toy_target, shar
     # The depth prediction is recomputed from the JSON alone: the profile times 1..depth + 1 tokens.
     depth = report["settings"]["depth"]
     assert len(report["verify_cost_s"]) == depth + 1 and all(c > 0 for c in report["verify_cost_s"])
+    calibration = Calibration(**report["cost_calibration"])
+    assert calibration.verify_scale > 0 and calibration.plain_cost_s == pytest.approx(
+        1 / report["baseline_tokens_per_s"]
+    )
     speedups = expected_speedups(
-        report["acceptance_by_depth"], report["draft_cost_s"], report["verify_cost_s"]
+        report["acceptance_by_depth"], report["draft_cost_s"], report["verify_cost_s"], calibration
     )
     assert report["expected_speedup_by_depth"] == pytest.approx(speedups) and speedups
     assert (report["recommended_depth"], report["recommended_speedup"]) == pytest.approx(recommend(speedups))

@@ -98,6 +98,7 @@ def test_the_report_keys_and_the_table_line():
     keys = prediction([0.5, 0.5], 0.25, [1.0, 1.0, 1.25])
     assert keys == {
         "verify_cost_s": [1.0, 1.0, 1.25],
+        "cost_calibration": {"verify_scale": 1.0, "step_overhead_s": 0.0, "plain_cost_s": None},
         "expected_speedup_by_depth": pytest.approx([1.2, 1.0]),
         "recommended_depth": 1,
         "recommended_speedup": pytest.approx(1.2),
@@ -147,3 +148,25 @@ def test_the_evaluator_table_shows_speedup_by_depth_and_the_recommendation():
     table = markdown({**report, "settings": settings, "num_prompts": 1, "num_turns": 1, "lossless": None})
     assert "| expected speedup by depth (measured costs) | 1.60 1.43 |" in table
     assert "| draft depth to serve | recommended depth: 1 (expected 1.60x) |" in table
+
+
+def test_the_calibration_makes_the_runs_own_depth_its_measured_speedup():
+    """Hand-computed: 10 steps at depth 2, 2.0 s verifying (0.2 s a step against the profile's 0.16: r = 1.25),
+    0.5 s drafting (c_draft = 0.025 a depth), 3.0 s in all (o = 0.3 - 0.2 - 0.05 = 0.05 s a step), plain
+    decoding at 20 tokens/s (0.05 s a token); a_d = 0.5, 0.5."""
+    from draftsmith.eval.depth import Calibration, recalibrated
+
+    report = {"verification_forwards": 10, "verify_time_s": 2.0, "draft_time_s": 0.5, "wall_time_s": 3.0}
+    profile = [0.1, 0.12, 0.16]
+    cal = Calibration.from_report({**report, "baseline_tokens_per_s": 20.0}, 2, profile)
+    assert cal.verify_scale == pytest.approx(1.25) and cal.step_overhead_s == pytest.approx(0.05)
+    assert cal.plain_cost_s == pytest.approx(0.05)
+    speedups = expected_speedups([0.5, 0.5], 0.025, profile, cal)
+    assert speedups == pytest.approx([1.5 * 0.05 / (0.025 + 1.25 * 0.12 + 0.05), 1.75 * 0.05 / 0.3])
+    # at the run's own depth: tau(2) tokens per step over the run's measured seconds per step, against plain
+    assert speedups[1] == pytest.approx(1.75 * (3.0 / 10) ** -1 / 20.0)
+    full = {**report, "acceptance_by_depth": [0.5, 0.5], "draft_cost_s": 0.025, "verify_cost_s": profile}
+    again = recalibrated(full, 2, 20.0)
+    assert again["expected_speedup_by_depth"] == pytest.approx(speedups)
+    assert again["cost_calibration"]["verify_scale"] == pytest.approx(1.25)
+    assert Calibration.from_report({"verification_forwards": 0}, 2, profile) == Calibration()
