@@ -207,6 +207,9 @@ def table(args: argparse.Namespace, points: list[tuple[int, int]]) -> str:
             continue
         small, largest = measured[:-1], measured[-1]
         guess = predict(small, largest.tokens)
+        assert (
+            guess.value is not None and guess.low is not None and guess.high is not None
+        )  # a line always predicts
         line = fit(measured)
         need = tokens_for(measured, args.goal_tau)
         need_text = (

@@ -332,7 +332,9 @@ def compare_drafters(
             write_json(drafter_dir / "eval.json", report)
         else:
             report.update(against_plain(turns, plain))
-            report.update(recalibrated(report, 5, plain_rate))  # its depth prediction against the same plain rate
+            report.update(
+                recalibrated(report, 5, plain_rate)
+            )  # its depth prediction against the same plain rate
         rows.append(("EAGLE-3 (trained)" if drafter != "ngram" else "ngram (prompt lookup)", tree, report))
     return results_table(rows, drafter_dir / "eval.json")
 

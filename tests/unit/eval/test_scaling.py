@@ -41,12 +41,14 @@ def test_a_noisy_point_counts_less():
 def test_the_bootstrap_range_holds_the_value_and_grows_with_the_noise():
     points = on_line(1.0, 0.1, [64e3, 256e3, 1e6], stderr=0.02)
     tight = tokens_for(points, 1.0 + 0.1 * math.log(2e6))
-    assert tight.value == pytest.approx(2e6) and tight.low < 2e6 < tight.high and tight.no_answer == 0
     wide = tokens_for(on_line(1.0, 0.1, [64e3, 256e3, 1e6], stderr=0.1), 1.0 + 0.1 * math.log(2e6))
-    assert wide.high / wide.low > tight.high / tight.low
     guess = predict(points, 4e6)
+    for e in (tight, wide, guess):
+        assert e.value is not None and e.low is not None and e.high is not None and e.no_answer == 0
+    assert tight.value == pytest.approx(2e6) and tight.low < 2e6 < tight.high  # type: ignore[operator]
+    assert wide.high / wide.low > tight.high / tight.low  # type: ignore[operator]
     assert guess.value == pytest.approx(1.0 + 0.1 * math.log(4e6))
-    assert guess.low < guess.value < guess.high
+    assert guess.low < guess.value < guess.high  # type: ignore[operator]
     assert extrapolation(points, 4e6) == pytest.approx(4.0)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -30,7 +31,11 @@ RECOMMENDS_2 = {
     "recommended_depth": 2,
     "recommended_speedup": 1.62,
 }
-OFF = {**RECOMMENDS_2, "expected_speedup_by_depth": [0.74, 0.81, 0.77], "recommended_depth": 0}
+OFF: dict[str, Any] = {
+    **RECOMMENDS_2,
+    "expected_speedup_by_depth": [0.74, 0.81, 0.77],
+    "recommended_depth": 0,
+}
 OFF["recommended_speedup"] = 1.0
 
 
