@@ -44,7 +44,8 @@ def test_the_bootstrap_range_holds_the_value_and_grows_with_the_noise():
     wide = tokens_for(on_line(1.0, 0.1, [64e3, 256e3, 1e6], stderr=0.1), 1.0 + 0.1 * math.log(2e6))
     guess = predict(points, 4e6)
     for e in (tight, wide, guess):
-        assert e.value is not None and e.low is not None and e.high is not None and e.no_answer == 0
+        assert e.value is not None and e.low is not None and e.high is not None
+    assert tight.no_answer == 0 and guess.no_answer == 0  # a noisier curve may have draws that do not rise
     assert tight.value == pytest.approx(2e6) and tight.low < 2e6 < tight.high  # type: ignore[operator]
     assert wide.high / wide.low > tight.high / tight.low  # type: ignore[operator]
     assert guess.value == pytest.approx(1.0 + 0.1 * math.log(4e6))
