@@ -4,6 +4,7 @@
         [--num-prompts N] [--max-new-tokens M] [--depth K] [--temperature X]
         [--draft-sample-method greedy|probabilistic] [--batch-size B] [--report R] [--max-rel-diff 0.03]
         [--plain-cache DIR] [--concurrency 1,2,4,8] [--context-lengths 512,2048] [--plot P]
+        [--depths 1,2,3,5] [--max-speedup-diff 0.15]
 
 draftsmith's evaluator decodes the prompts first (a chain, batch size 1, float32); the exact prompt token ids
 it rendered then go to vLLM, which serves the target twice in the engine's venv (`draftsmith engine-setup
@@ -30,6 +31,12 @@ loads). The report is written before the optional plot; a failed plot is one lin
 --work-dir a failed vLLM run's logs are copied out of the temporary directory (to
 $DRAFTSMITH_CACHE/engine-eval-logs/) and the error names the copies. --plain-cache keys a kept plain run by the
 target's content (its weights, config and tokenizer fingerprints), not by its path.
+
+`--depths` checks the depth prediction (the evaluator's acceptance by depth and cost profile, which `export
+--to vllm` turns into num_speculative_tokens) against vLLM: vLLM decodes the same prompts at each depth, the
+prediction is moved onto vLLM's clock with its plain speed and its speed at the evaluator's depth
+(engines/depth_check.py), and every other depth is a check; the exit status is 3 when one misses by more than
+--max-speedup-diff, or a depth's answers differ from plain decoding at T = 0.
 
 `--concurrency` and `--context-lengths` then measure where speculation stops paying: vLLM's own server with and
 without the drafter, requests in flight or long prompts (engines/load_curves.py).
@@ -58,6 +65,7 @@ from draftsmith.runtime.display import pyplot
 from draftsmith.runtime.errors import UserError, one_line
 from draftsmith.runtime.files import check_output_file, read_json, sha256_file, user_cache, write_json
 
+from .depth_check import depth_check
 from .engine_report import build_report, markdown, plot_curves
 from .load_curves import Level, curves, documents_text, long_prompts
 from .settings import EngineEvalArgs, parse_engine_eval_args
@@ -65,6 +73,7 @@ from .settings import build_parser as build_settings_parser
 from .setup import EngineEnv, require_env
 from .vllm_engine import VllmRun, run_worker, speculative_config
 
+CHECKED = {"within_tolerance": True}  # a run without --depths has no depth check to fail
 MAX_MODEL_LEN_MARGIN = 16  # vLLM's context: the longest prompt + max new tokens + the draft depth, and some
 # The files of a target directory vLLM reads (the tokenizer is not: the prompts are ids), by suffix or name
 TARGET_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -185,7 +194,7 @@ def evaluator_settings(args: EngineEvalArgs) -> EvalArgs:
         data=args.data,
         num_prompts=args.num_prompts,
         max_new_tokens=args.max_new_tokens,
-        depth=args.depth,
+        depth=max(args.depth or 0, *args.depths) if args.depths else args.depth,
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
@@ -263,6 +272,20 @@ def evaluate(args: EngineEvalArgs, work: Path) -> dict[str, Any]:
         engine, job(args, prompts, stops, spec, max_positions), work / "vllm-speculative.log"
     )
     report = build_report(args, kind, ours, turns, plain, spec_run, spec, engine.spec.package)
+    if args.depths:
+        runs = {depth: spec_run}
+        for k in (k for k in args.depths if k != depth):
+            spec_k = speculative_config(info, export_dir, k, args.draft_sample_method, ngram)
+            say(args, f"vLLM: speculative decoding at depth {k} (--depths)")
+            runs[k] = run_worker(
+                engine, job(args, prompts, stops, spec_k, max_positions), work / f"vllm-depth-{k}.log"
+            )
+        report["depth_check"] = depth_check(ours, plain, runs, depth, args.max_speedup_diff)
+        if report["lossless"] is not None:  # at T = 0 every depth's answers must equal the plain ones
+            rows = report["depth_check"]["rows"]
+            report["lossless"] = report["lossless"] and all(
+                r["speculative_equals_plain"] == len(prompts) for r in rows
+            )
     levels = [Level("concurrency", c, prompts, c) for c in args.concurrency] + long
     if levels:
         every = [p for level in levels for p in level.prompts]
@@ -389,10 +412,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"report: {args.report}")
     if args.plot:
         draw(report, args)
-    if not report["tau_agrees"] or report["lossless"] is False:
-        print(
-            "engine-eval failed: " + ("tau differs" if not report["tau_agrees"] else "not lossless"),
-            file=sys.stderr,
+    failures = [
+        why
+        for why, failed in (
+            ("tau differs", not report["tau_agrees"]),
+            ("not lossless", report["lossless"] is False),
+            (
+                "the depth prediction misses vLLM's speedup",
+                not report.get("depth_check", CHECKED)["within_tolerance"],
+            ),
         )
+        if failed
+    ]
+    if failures:
+        print("engine-eval failed: " + "; ".join(failures), file=sys.stderr)
         return FAIL
     return 0

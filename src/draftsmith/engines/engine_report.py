@@ -205,6 +205,8 @@ def markdown(r: dict[str, Any]) -> str:
         + (", 3 standard errors of the difference of two sampled runs)" if sampled else ")")
     )
     lines += curves_markdown(r.get("curves") or {})
+    if "depth_check" in r:
+        lines += depth_markdown(r["depth_check"], n)
     if r["answers_equal_across_engines"] is not None:
         lines.append(
             f"answers identical in both engines: {r['answers_equal_across_engines']}/{n} "
@@ -245,6 +247,42 @@ def curves_markdown(curves: dict[str, Any]) -> list[str]:
         lines += ["", *table(header, cells)]
         lines.append(verdict(curves, name))
     return lines
+
+
+def depth_markdown(check: dict[str, Any], answers: int) -> list[str]:
+    """The --depths table: the prediction against vLLM's measured speedup per K, and the verdict."""
+    header = [
+        "depth K",
+        "tau predicted",
+        "tau vLLM",
+        "speedup predicted for vLLM",
+        "speedup measured in vLLM",
+        "difference",
+        "speedup at the evaluator's costs",
+        "answers equal to plain",
+    ]
+    cells = [
+        (
+            f"{row['depth']}" + (" (calibration)" if row["depth"] == check["calibrated_at"] else ""),
+            cell(row["tau_predicted"]),
+            cell(row["tau_vllm"]),
+            cell(row["speedup_predicted"], 2),
+            cell(row["speedup_measured"], 2),
+            "-" if row["relative_difference"] is None else f"{row['relative_difference'] * 100:+.1f} %",
+            cell(row["speedup_evaluator_costs"], 2),
+            f"{row['speculative_equals_plain']}/{answers}",
+        )
+        for row in check["rows"]
+    ]
+    worst = check["max_relative_difference"]
+    verdict_line = (
+        "the depth prediction: "
+        + ("-" if worst is None else f"largest difference {worst * 100:.1f} %")
+        + f" (limit {check['tolerance'] * 100:.0f} %, "
+        + ("within" if check["within_tolerance"] else "MISSED")
+        + f"); fastest depth predicted {check['recommended_depth']}, measured {check['fastest_measured_depth']}"
+    )
+    return ["", *table(header, cells), verdict_line]
 
 
 def verdict(curves: dict[str, Any], name: str) -> str:

@@ -19,7 +19,7 @@ from draftsmith.runtime.errors import UserError
 from .setup import ENGINES
 
 # The level lists: given as text on the command line (`1,2,4,8`), held as the sorted distinct integers.
-LEVEL_LISTS = ("concurrency", "context_lengths")
+LEVEL_LISTS = ("depths", "concurrency", "context_lengths")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +36,21 @@ class EngineEvalArgs:
     max_new_tokens: int = field(default=128, metadata={"help": "new tokens per answer (default 128)"})
     depth: int | None = field(
         default=None, metadata={"help": "draft tokens per step (default: the evaluator's)"}
+    )
+    depths: tuple[int, ...] = field(
+        default=(),
+        metadata={
+            "help": "also run vLLM at these depths, e.g. 1,2,3,5, and check the depth prediction against its "
+            "measured speedup at each (engines/depth_check.py); the evaluator then drafts max(--depths) deep "
+            "unless --depth is deeper, and the prediction is calibrated at that depth"
+        },
+    )
+    max_speedup_diff: float = field(
+        default=0.15,
+        metadata={
+            "help": "--depths: fail (exit 3) when a predicted speedup is further than this from vLLM's measured "
+            "one, relative to the measured (default 0.15)"
+        },
     )
     temperature: float = field(default=0.0, metadata={"help": "0 = greedy (default)"})
     top_p: float = 1.0
@@ -167,8 +182,10 @@ def parse_engine_eval_args(parser: argparse.ArgumentParser, argv: Sequence[str] 
     levels = {
         name: tuple(int_list(getattr(args, name), "--" + name.replace("_", "-"))) for name in LEVEL_LISTS
     }
-    if args.plot and not any(levels.values()):
+    if args.plot and not (levels["concurrency"] or levels["context_lengths"]):
         raise UserError("--plot draws the curves of --concurrency or --context-lengths: pass one of them")
+    if args.max_speedup_diff <= 0:
+        raise UserError("--max-speedup-diff must be > 0 (a relative difference, e.g. 0.15)")
     if args.context_prompts < 1:
         raise UserError("--context-prompts must be >= 1")
     if args.context_data and not levels["context_lengths"]:

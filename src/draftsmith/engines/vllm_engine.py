@@ -82,15 +82,27 @@ def speculative_config(
     return config
 
 
-def worker_env() -> dict[str, str]:
+def worker_env(engine: EngineEnv) -> dict[str, str]:
     """The worker's environment: a 2 GiB KV cache on the CPU unless set, vLLM's compile cache off (its AOT
-    cache never loaded in 0.32 CPU and a recompile after that failed once), vLLM's caches under draftsmith's."""
+    cache never loaded in 0.32 CPU and a recompile after that failed once), vLLM's caches under draftsmith's,
+    and Intel OpenMP preloaded from the engine's venv (`preload`)."""
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     env.setdefault("VLLM_DISABLE_COMPILE_CACHE", "1")
     env.setdefault("VLLM_CACHE_ROOT", str(user_cache() / "engines" / "vllm-cache"))
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if "LD_PRELOAD" not in env and (iomp := preload(engine)) is not None:
+        env["LD_PRELOAD"] = str(iomp)
     return env
+
+
+def preload(engine: EngineEnv) -> Path | None:
+    """Intel OpenMP (libiomp5.so, which the vLLM CPU wheel installs into its venv's lib/), as vLLM's CPU guide
+    asks for in LD_PRELOAD: its worker warns that speculative decoding without it loses speed, and it measured
+    so here (docs/BENCHMARKS.md, "vLLM's CPU settings"). A user's own LD_PRELOAD is kept as it is, an empty one
+    included (that runs vLLM with its default, PyTorch's libgomp)."""
+    iomp = engine.venv / "lib" / "libiomp5.so"
+    return iomp if iomp.is_file() else None
 
 
 def run_worker(engine: EngineEnv, job: dict[str, Any], log: Path) -> VllmRun:
@@ -104,7 +116,7 @@ def run_worker(engine: EngineEnv, job: dict[str, Any], log: Path) -> VllmRun:
                 [str(engine.python), str(WORKER), str(job_file), str(result_file)],
                 stdout=f,
                 stderr=subprocess.STDOUT,
-                env=worker_env(),
+                env=worker_env(engine),
             ).returncode
         if code != 0 or not result_file.is_file():
             raise UserError(f"vLLM failed (exit {code}): {last_error(log)} (full log: {log})")

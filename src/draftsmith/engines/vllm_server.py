@@ -79,7 +79,7 @@ def serve(
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         process = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=worker_env(), start_new_session=True
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=worker_env(engine), start_new_session=True
         )
     server = Server(process, f"http://127.0.0.1:{port}/v1", log)
     try:

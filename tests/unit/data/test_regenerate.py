@@ -162,10 +162,37 @@ def test_ctrl_c_keeps_every_finished_batch_and_the_rerun_completes(
         return real(*args)
 
     monkeypatch.setattr(regenerate_local, "answer_batch", interrupted_on_the_second_batch)
-    with pytest.raises(Interrupted, match=rf"^interrupted: 3 rows kept in {out}, rerun to continue$"):
-        run(tiny_toy_target, data, out)  # batches of 3: the first is written, the second dropped
-    assert [json.loads(line)["index"] for line in out.open()] == [0, 1, 2]
+    # batches of 3 from one length-sorted window (16 batches hold all six conversations): the first batch is
+    # the three shortest, among them the assistant-only record, which fails; the second batch is dropped
+    chars = [sum(len(m["content"]) for m in json.loads(line)["messages"]) for line in data.open()]
+    first = sorted(range(len(chars)), key=chars.__getitem__)[:3]
+    assert N in first  # the assistant-only record is the shortest
+    with pytest.raises(Interrupted, match=rf"^interrupted: 2 rows kept in {out}, rerun to continue$"):
+        run(tiny_toy_target, data, out)
+    assert [json.loads(line)["index"] for line in out.open()] == [i for i in first if i != N]
     monkeypatch.setattr(regenerate_local, "answer_batch", real)
     assert core(run(tiny_toy_target, data, out))["skipped"] == 3
     meta = json.loads(out.with_name("out.jsonl.meta.json").read_text())
     assert [r["counts"].get("interrupted", False) for r in meta["runs"]] == [True, False]
+
+
+def test_length_batches_sort_each_window_and_resume_into_the_same_batches():
+    from draftsmith.data.formats import Conversation
+    from draftsmith.scripts.data.regenerate_local import SORT_WINDOW, length_batches
+
+    lengths = [
+        (7 * i) % 23 + 1 for i in range(2 * SORT_WINDOW * 3 + 5)
+    ]  # 101 conversations, 2 windows and a bit
+    convs = [
+        Conversation(messages=[{"role": "user", "content": "x" * n}], source=f"t:{i}")
+        for i, n in enumerate(lengths)
+    ]
+    batches = length_batches(convs, 3, set())
+    assert sorted(i for b in batches for i in b) == list(range(len(convs)))  # each once
+    assert all(len(b) == 3 for b in batches[:-1]) and len(batches[-1]) == len(convs) % 3
+    window = 3 * SORT_WINDOW
+    for w in range(0, len(convs), window):
+        order = [i for b in batches for i in b if w <= i < w + window]
+        assert order == sorted(range(w, min(w + window, len(convs))), key=lengths.__getitem__)  # stable sort
+    done = {i for b in batches[:7] for i in b}  # a run stopped after its seventh batch
+    assert length_batches(convs, 3, done) == batches[7:]

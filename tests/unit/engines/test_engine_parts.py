@@ -80,6 +80,21 @@ def test_an_engine_venv_counts_only_once_its_setup_finished(tmp_path, monkeypatc
         engine_setup.engine_spec("tgi")
 
 
+def test_the_worker_preloads_intel_openmp_from_the_engine_venv_unless_the_user_set_ld_preload(
+    tmp_path, monkeypatch
+):
+    from draftsmith.engines.vllm_engine import worker_env
+
+    engine = engine_setup.EngineEnv(tmp_path, engine_setup.engine_spec("vllm", "cpu"), "0.32.0")
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    assert "LD_PRELOAD" not in worker_env(engine)  # the wheel installed no libiomp5: vLLM's own default
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libiomp5.so").write_bytes(b"")
+    assert worker_env(engine)["LD_PRELOAD"] == str(tmp_path / "lib" / "libiomp5.so")
+    monkeypatch.setenv("LD_PRELOAD", "")  # the user's choice, an empty one included, is kept
+    assert worker_env(engine)["LD_PRELOAD"] == ""
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])
 def test_the_cpu_plugins_expand_kernel_matches_a_loop(dtype):
     plugin = _load(ENGINES / "vllm_plugin" / "draftsmith_vllm_cpu_fix" / "__init__.py", "cpu_fix")

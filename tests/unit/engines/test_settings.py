@@ -28,7 +28,9 @@ def test_values_arrive_typed_and_the_level_lists_as_sorted_integers():
     args = parse(
         *("--depth", "3", "--top-p", "0.9", "--temperature", "1", "--max-rel-diff", "0.1"),
         *("--concurrency", "8,1,2,2", "--context-lengths", "512", "--enforce-eager", "--no-progress"),
+        *("--depths", "5,1,3", "--max-speedup-diff", "0.2"),
     )
+    assert args.depths == (1, 3, 5) and args.max_speedup_diff == 0.2
     assert args.depth == 3 and args.top_p == 0.9 and args.temperature == 1.0 and args.max_rel_diff == 0.1
     assert args.concurrency == (1, 2, 8) and args.context_lengths == (512,)
     assert args.enforce_eager is True and args.progress is False
@@ -42,6 +44,12 @@ def test_values_arrive_typed_and_the_level_lists_as_sorted_integers():
         (["--concurrency", "1,x"], r"--concurrency '1,x': expected comma-separated integers"),
         (["--context-lengths", "0"], r"--context-lengths '0': every value must be >= 1"),
         (["--plot", "p.png"], "--plot draws the curves of --concurrency or --context-lengths"),
+        (
+            ["--plot", "p.png", "--depths", "1,2"],
+            "--plot draws the curves of --concurrency or --context-lengths",
+        ),
+        (["--depths", "0,2"], r"--depths '0,2': every value must be >= 1"),
+        (["--max-speedup-diff", "0"], "--max-speedup-diff must be > 0"),
         (["--context-prompts", "0"], "--context-prompts must be >= 1"),
         (["--context-data", "docs.jsonl"], "--context-data holds the documents of --context-lengths"),
         # several mistakes: the first in the order the flags were always checked

@@ -4,6 +4,11 @@ Conversations go in batches of `--batch-size`. Turn k of every conversation in a
 `generate` call (KV cache, left padding), each conditioned on its own conversation's earlier answers. A batch
 draws from a seed of its own (a function of `--seed` and its first index), so a resumed run redraws it alike;
 its rows are appended to OUT (data/regen_output.py) when the whole batch is done.
+
+Batches are cut from windows of SORT_WINDOW batches in input order, each window sorted by the conversations'
+length: left padding to the longest prompt of a batch costs a forward over every pad, and real prompts range
+from a line to thousands of tokens. Within a window the rows are written shortest first; across windows
+the input order holds, so the first N rows of OUT are still about the first N conversations.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from draftsmith.runtime.tokens import left_pad
 from .regenerate_settings import RegenerateArgs
 
 COUNT_KEYS = ("answers", "truncated", "completion_tokens")
+SORT_WINDOW = 16  # batches per length-sorted window
 
 
 @dataclass
@@ -75,8 +81,7 @@ def regenerate_locally(settings: RegenerateArgs) -> dict[str, Any]:
     bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=settings.no_progress)
     with output.appending() as writer:
         try:
-            for start in range(0, len(todo), settings.batch_size):
-                batch = todo[start : start + settings.batch_size]
+            for batch in length_batches(convs, settings.batch_size, done):
                 write_batch(writer, convs, answer_batch(generator, convs, batch, settings.seed), counts)
                 writer.flush()
                 bar.update(len(batch))
@@ -87,6 +92,22 @@ def regenerate_locally(settings: RegenerateArgs) -> dict[str, Any]:
     output.finish(counts)  # raises Interrupted after Ctrl-C
     assert counts["written"] + counts["failed"] + counts["skipped"] == counts["input"]
     return counts
+
+
+def length_batches(convs: list[Conversation], size: int, done: set[int]) -> list[list[int]]:
+    """The conversations not `done`, in batches of at most `size`: each window of SORT_WINDOW batches (in input
+    order) sorted by the conversations' length in characters, so a batch pads its prompts to about their own
+    length. The batches are cut over all conversations and then the done ones left out, so a resumed run
+    generates the batches it had not finished exactly as the first run would have."""
+
+    def length(i: int) -> int:
+        return sum(len(str(m.get("content") or "")) for m in convs[i].messages)
+
+    window = size * SORT_WINDOW
+    indices = range(len(convs))
+    order = [i for w in range(0, len(convs), window) for i in sorted(indices[w : w + window], key=length)]
+    cut = (order[k : k + size] for k in range(0, len(order), size))
+    return [kept for batch in cut if (kept := [i for i in batch if i not in done])]
 
 
 def load_target(settings: RegenerateArgs) -> FrozenTarget:
