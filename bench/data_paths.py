@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-samples", type=int, default=400)
     p.add_argument("--vllm-concurrency", default="16,64", help="'' to skip the vLLM server")
     p.add_argument("--work-dir", type=Path, default=Path("runs/bench-data-paths"))
+    p.add_argument(
+        "--paths",
+        default="prefill,local,sampled,server",
+        help="which paths to measure (comma-separated); each run's rows are kept in WORK_DIR/rows.jsonl and "
+        "the table shows every path measured there",
+    )
     return p
 
 
@@ -178,9 +184,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     data = prompts_file(args)
-    rows = [*prefill(args), *local(args, data), *sampled(args, data)]
-    if args.vllm_concurrency:
-        rows += server(args, data)
+    chosen = set(args.paths.split(","))
+    measure = {"prefill": lambda: prefill(args), "local": lambda: local(args, data)}
+    measure |= {"sampled": lambda: sampled(args, data), "server": lambda: server(args, data)}
+    unknown = chosen - set(measure)
+    if unknown:
+        raise SystemExit(f"--paths: unknown {sorted(unknown)}; choose from {sorted(measure)}")
+    kept = args.work_dir / "rows.jsonl"
+    for name in measure:
+        if name in chosen and (name != "server" or args.vllm_concurrency):
+            with kept.open("a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in measure[name]())
+    rows = [json.loads(line) for line in kept.open()] if kept.is_file() else []
     lines = [
         "| path | setting | tokens | seconds | tokens/s | 2M tokens take | note |",
         "|---|---|---:|---:|---:|---:|---|",
