@@ -369,9 +369,7 @@ class CachedFeatureDataset(Dataset):
         """The first `n` samples (the same shards, read no further)."""
         if n < 1:
             raise ValueError(f"a cache subset needs at least one sample, got {n}")
-        view = CachedFeatureDataset(self.directory, self.shards, self.layers, self.dtype, self.unverified)
-        view._count = min(n, self._count)
-        return view
+        return self._view(self.layers, min(n, self._count))
 
     def stats(self) -> Any:
         """`DataStats` of these samples: count, tokens, trained tokens and the longest, read from the shards'
@@ -398,6 +396,10 @@ class CachedFeatureDataset(Dataset):
 
     def only(self, layers: Sequence[LayerId]) -> CachedFeatureDataset:
         """The same samples with only `layers` decoded (e.g. `top1` alone for a vocabulary scan)."""
-        view = CachedFeatureDataset(self.directory, self.shards, list(layers), self.dtype, self.unverified)
-        view._count = self._count
+        return self._view(list(layers), self._count)
+
+    def _view(self, layers: list[LayerId], count: int) -> CachedFeatureDataset:
+        """The first `count` samples of the same shards, decoding `layers` (opened lazily, as any instance)."""
+        view = CachedFeatureDataset(self.directory, self.shards, layers, self.dtype, self.unverified)
+        view._count = count
         return view
