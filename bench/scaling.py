@@ -64,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--eval-tokens", type=int, default=96, help="new tokens per answer")
     p.add_argument("--goal-tau", type=float, default=2.0, help="the tau whose data need is estimated")
+    p.add_argument(
+        "--drafter",
+        action="append",
+        default=[],
+        metavar="NAME=CKPT[@TOKENS]",
+        help="another drafter to evaluate on the same sets and list in the table (e.g. one trained on other "
+        "data, TOKENS its training tokens); repeatable",
+    )
     p.add_argument("--table-only", action="store_true", help="print the table from the reports written")
     return p
 
@@ -82,6 +90,18 @@ def prefix_sizes(cache: Path, sizes: list[int | None]) -> list[tuple[int, int]]:
             if size is not None and total >= size:
                 break
         out.append((n, total))
+    return out
+
+
+def extra_drafters(args: argparse.Namespace) -> dict[str, tuple[str, int | None]]:
+    """--drafter NAME=CKPT[@TOKENS] as {name: (checkpoint, tokens)}."""
+    out: dict[str, tuple[str, int | None]] = {}
+    for text in args.drafter:
+        name, _, rest = text.partition("=")
+        ckpt, _, tokens = rest.partition("@")
+        if not name or not ckpt:
+            raise SystemExit(f"--drafter {text!r}: expected NAME=CKPT[@TOKENS]")
+        out[name] = (ckpt, int(tokens) if tokens else None)
     return out
 
 
@@ -168,14 +188,16 @@ def table(args: argparse.Namespace, points: list[tuple[int, int]]) -> str:
     """tau per set and size next to ngram, the fit's prediction of the largest point, the data for --goal-tau."""
     from draftsmith.eval.scaling import Point, extrapolation, fit, predict, tokens_for
 
-    names = [f"tokens-{t}" for _, t in points] + ["ngram"]
+    extras = extra_drafters(args)
+    names = [f"tokens-{t}" for _, t in points] + list(extras) + ["ngram"]
+    sizes = [t for _, t in points] + [extras[n][1] for n in extras] + [0]
     lines = [
         "| drafter | training tokens | epochs | train wall | "
         + " | ".join(f"{d} tau (depth 5) | {d} recommended depth" for d in EVAL_SETS)
         + " | lossless |",
         "|---|---:|---:|---:|" + "---:|---:|" * len(EVAL_SETS) + "---|",
     ]
-    for name, (_, tokens) in zip(names, [*points, (0, 0)], strict=True):
+    for name, tokens in zip(names, sizes, strict=True):
         cells, lossless = [], []
         for dataset in EVAL_SETS:
             r = _read(args.out / "eval" / f"{dataset}-{name}.json")
@@ -187,9 +209,11 @@ def table(args: argparse.Namespace, points: list[tuple[int, int]]) -> str:
             cells.append("-" if depth is None else f"{depth} ({speedup:.2f}x)" if depth else "off")
             lossless.append(bool(r.get("lossless")))
         wall = args.out / "train" / name / "wall_s.txt"
+        if name in extras:
+            wall = Path(extras[name][0]).parent / "wall_s.txt"
         meta = [
-            f"{tokens:,}",
-            f"{epochs_for(tokens):g}",
+            "-" if tokens is None else f"{tokens:,}",
+            f"{epochs_for(tokens):g}" if name.startswith("tokens-") and tokens else "-",
             f"{float(wall.read_text()):.0f} s" if wall.is_file() else "-",
         ]
         if name == "ngram":
@@ -270,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.table_only:
         t0 = time.perf_counter()
         drafters = {f"tokens-{tokens}": str(train(args, n, tokens)) for n, tokens in points}
-        evaluate(args, {**drafters, "ngram": "ngram"})
+        extras = {name: ckpt for name, (ckpt, _) in extra_drafters(args).items()}
+        evaluate(args, {**drafters, **extras, "ngram": "ngram"})
         print(f"finished in {time.perf_counter() - t0:.0f} s", flush=True)
     text = table(args, points)
     (args.out / "table.md").write_text(text + "\n")
