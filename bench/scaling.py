@@ -273,6 +273,18 @@ def plot(args: argparse.Namespace, points: list[tuple[int, int]]) -> Path | None
                 ys.append(r["tau"])
                 es.append(r["tau_stderr"] or 0.0)
         line = ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=f"EAGLE-3, {dataset}")
+        for name, (_, size) in extra_drafters(args).items():
+            r = _read(args.out / "eval" / f"{dataset}-{name}.json")
+            if r is not None and size:
+                ax.errorbar(
+                    [size],
+                    [r["tau"]],
+                    yerr=[r["tau_stderr"] or 0.0],
+                    marker="s",
+                    capsize=3,
+                    color=line[0].get_color(),
+                    label=f"{name}, {dataset}",
+                )
         ngram = _read(args.out / "eval" / f"{dataset}-ngram.json")
         if ngram is not None:
             ax.axhline(ngram["tau"], linestyle="--", color=line[0].get_color(), alpha=0.6)
