@@ -1,4 +1,4 @@
-"""engine-eval --depths: the depth prediction moved onto vLLM's clock, checked against hand-computed figures."""
+"""engine-eval --depths: the depth prediction on vLLM's clock, checked against hand-computed figures."""
 
 from __future__ import annotations
 
@@ -6,49 +6,46 @@ from typing import Any
 
 import pytest
 
-from draftsmith.engines.depth_check import depth_check, vllm_prediction
+from draftsmith.engines.depth_check import depth_check, draft_cost_ratio, vllm_prediction
 from draftsmith.engines.vllm_engine import VllmRun
 
-# The evaluator's report: acceptance by depth and its cost profile (seconds)
+# The evaluator's report: acceptance by depth (and its own prediction, listed beside vLLM's)
 OURS: dict[str, Any] = {
     "acceptance_by_depth": [0.5, 0.4, 0.3],
-    "draft_cost_s": 0.01,
-    "verify_cost_s": [0.1, 0.11, 0.12, 0.13],
     "expected_speedup_by_depth": [0.9, 0.8, 0.7],
 }
+TAUS = [1.5, 1.7, 1.76]  # 1 + 0.5, + 0.5 * 0.4, + 0.5 * 0.4 * 0.3
 ANSWER = {"token_ids": [1, 2, 3]}
 
 
-def run(tokens_per_s: float, drafts: int = 0, accepted: int = 0, outputs=None) -> VllmRun:
+def run(tokens_per_s: float, outputs=None) -> VllmRun:
     """A vLLM run of 100 tokens at `tokens_per_s`, one answer."""
     outputs = outputs or [{"token_ids": list(range(100)), "wall_s": 100 / tokens_per_s}]
-    counters = {"num_drafts": drafts, "num_accepted_tokens": accepted, "accepted_per_position": []}
+    counters = {"num_drafts": 0, "num_accepted_tokens": 0, "accepted_per_position": []}
     return VllmRun("0", 1.0, outputs, counters)
 
 
 def test_the_prediction_by_hand():
-    # plain: 100 tokens/s, 0.01 s a token; the profile's one-token forward is 0.1 s: vLLM's clock s = 0.1.
-    # At D = 2, tau(2) = 1 + 0.5 + 0.5 * 0.4 = 1.7, measured 120 tokens/s: a step takes 1.7 / 120 s, so
-    # vLLM's own work per step o = 1.7 / 120 - 0.1 * (2 * 0.01 + 0.12) = 0.0001667 s.
-    o = 1.7 / 120 - 0.1 * (2 * 0.01 + 0.12)
-    got = vllm_prediction(OURS, run(100.0), run(120.0), 2)
-    assert got is not None
-    taus = [1.5, 1.7, 1.76]
-    steps = [0.1 * (k * 0.01 + OURS["verify_cost_s"][k]) + o for k in (1, 2, 3)]
-    assert got == pytest.approx([t * 0.01 / c for t, c in zip(taus, steps, strict=True)], rel=1e-12)
-    assert got[1] == pytest.approx(1.2, rel=1e-12)  # at the calibration depth: the measured speedup
+    # plain: 100 tokens/s (0.01 s a token); at D = 2, tau(2) = 1.7 tokens a step at 120 tokens/s: a step takes
+    # 1.7 / 120 s = 1.41667 plain steps, one to verify and 2c to draft: c = 0.41667 / 2 = 0.208333
+    c = (1.7 / 120 / 0.01 - 1) / 2
+    assert draft_cost_ratio(1.7, 100.0, 120.0, 2) == pytest.approx(c, rel=1e-12)
+    got = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
+    assert got == pytest.approx([t / (1 + k * c) for k, t in enumerate(TAUS, start=1)], rel=1e-12)
+    assert got is not None and got[1] == pytest.approx(1.2, rel=1e-12)  # the calibration depth: as measured
 
 
-def test_too_little_measured_predicts_nothing():
-    assert vllm_prediction({**OURS, "verify_cost_s": None}, run(100.0), run(120.0), 2) is None
-    assert vllm_prediction({**OURS, "acceptance_by_depth": [0.5]}, run(100.0), run(120.0), 2) is None
-    # vLLM far faster than the profile's shape can explain: the overhead would make a step cost <= 0
-    assert vllm_prediction(OURS, run(100.0), run(1000.0), 2) is None
+def test_too_little_measured_predicts_nothing_and_a_cheap_step_costs_no_draft():
+    assert vllm_prediction([0.5], 100.0, 120.0, 2) is None  # depth 2 was never measured
+    assert vllm_prediction([0.5, None, 0.3], 100.0, 120.0, 2) is None
+    assert vllm_prediction(OURS["acceptance_by_depth"], 0.0, 120.0, 2) is None
+    # a step measured cheaper than a plain one (noise): drafting is free, the prediction is tau itself
+    assert vllm_prediction(OURS["acceptance_by_depth"], 100.0, 200.0, 2) == pytest.approx(TAUS)
 
 
 def test_the_check_compares_every_other_depth_and_names_the_fastest():
     plain = run(100.0)
-    predicted = vllm_prediction(OURS, plain, run(120.0), 2)
+    predicted = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
     assert predicted is not None
     # depth 1 measured 10 % under the prediction, depth 3 exactly on it
     runs = {1: run(predicted[0] * 100 / 1.1), 2: run(120.0), 3: run(predicted[2] * 100)}
@@ -58,10 +55,10 @@ def test_the_check_compares_every_other_depth_and_names_the_fastest():
     assert rows[2]["relative_difference"] == pytest.approx(0.0, abs=1e-12)
     assert rows[3]["relative_difference"] == pytest.approx(0.0, abs=1e-12)
     assert check["max_relative_difference"] == pytest.approx(0.1) and check["within_tolerance"]
+    assert check["draft_cost_ratio"] == pytest.approx((1.7 / 120 / 0.01 - 1) / 2)
     assert rows[3]["tau_predicted"] == pytest.approx(1.76)
     assert rows[1]["speedup_evaluator_costs"] == 0.9
-    best = max(range(3), key=lambda i: predicted[i]) + 1
-    assert check["recommended_depth"] == best
+    assert check["recommended_depth"] == max(range(3), key=lambda i: predicted[i]) + 1
     measured = {k: r["speedup_measured"] for k, r in rows.items()}
     assert check["fastest_measured_depth"] == max(measured, key=measured.__getitem__)
     assert not depth_check(OURS, plain, runs, 2, 0.05)["within_tolerance"]
