@@ -32,10 +32,10 @@ loads). The report is written before the optional plot; a failed plot is one lin
 $DRAFTSMITH_CACHE/engine-eval-logs/) and the error names the copies. --plain-cache keys a kept plain run by the
 target's content (its weights, config and tokenizer fingerprints), not by its path.
 
-`--depths` checks the depth prediction (the evaluator's acceptance by depth and cost profile, which `export
---to vllm` turns into num_speculative_tokens) against vLLM: vLLM decodes the same prompts at each depth, the
-prediction is moved onto vLLM's clock with its plain speed and its speed at the evaluator's depth
-(engines/depth_check.py), and every other depth is a check; the exit status is 3 when one misses by more than
+`--depths` measures the depth to serve with and checks its prediction: vLLM decodes the same prompts at each
+depth, and the speedup predicted from the evaluator's acceptance by depth, tau(K) / (1 + K c), with c (a draft
+token's cost in plain steps) taken from vLLM's speed at the evaluator's depth (engines/depth_check.py), is set
+against the measured one at every other depth; the exit status is 3 when one misses by more than
 --max-speedup-diff, or a depth's answers differ from plain decoding at T = 0.
 
 `--concurrency` and `--context-lengths` then measure where speculation stops paying: vLLM's own server with and
