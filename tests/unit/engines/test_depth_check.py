@@ -70,3 +70,16 @@ def test_each_depth_counts_answers_equal_to_plain():
     runs = {2: run(0, outputs=[{**ANSWER, "wall_s": 0.5}] * 2), 3: run(0, outputs=other)}
     rows = depth_check(OURS, plain, runs, 2, 0.15)["rows"]
     assert [r["speculative_equals_plain"] for r in rows] == [2, 1]
+
+
+def test_the_table_marks_the_calibration_and_says_whether_the_prediction_held():
+    from draftsmith.engines.engine_report import depth_markdown
+
+    plain = run(100.0)
+    predicted = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
+    assert predicted is not None
+    runs = {1: run(predicted[0] * 100 / 1.2), 2: run(120.0)}  # depth 1: measured 20 % under the prediction
+    lines = depth_markdown(depth_check(OURS, plain, runs, 2, 0.15), answers=1)
+    assert lines[3].startswith("| 1 | 1.500 |") and "+20.0 %" in lines[3]
+    assert lines[4].startswith("| 2 (calibration) |")
+    assert lines[-1].startswith("the depth prediction: largest difference 20.0 % (limit 15 %, MISSED)")
