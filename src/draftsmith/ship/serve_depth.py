@@ -1,5 +1,6 @@
 """How many tokens vLLM drafts per step in an export (`num_speculative_tokens`): --num-speculative-tokens, else
-the depth the evaluator's report recommends (`recommended_depth`: ALGORITHMS.md 9.8), else the layout's default.
+the depth a report recommends, else the layout's default. A report is the evaluator's (its `recommended_depth`:
+ALGORITHMS.md 9.8) or `engine-eval --depths`'s (the depth measured fastest in vLLM itself, `depth_check`).
 The choice is set in the export's speculative config, its serve commands and a speculators config, and recorded
 in draftsmith_export.json (`speculative_depth`) with the reason `draftsmith export` prints."""
 
@@ -80,7 +81,7 @@ def choose_depth(
             )
         return None
     found = measured_report(ckpt_dir, report)
-    path, measured = (str(found[0]), found[1]) if found else (None, {})
+    path, measured = (str(found[0]), recommendation(found[1])) if found else (None, {})
     depth, chosen_by, message = _depth_and_reason(built, path, measured, override)
     if chosen_by != "default":  # the layout's default stays exactly as the layout wrote it
         set_speculative_depth(built, depth)
@@ -92,6 +93,27 @@ def choose_depth(
         "recommended_speedup": measured.get("recommended_speedup"),
         "message": message,
         "warning": _off_warning(measured, path) if measured.get("recommended_depth") == 0 else None,
+    }
+
+
+def recommendation(report: dict[str, Any]) -> dict[str, Any]:
+    """The report with the depth keys export reads (`recommended_depth`, `recommended_speedup`,
+    `expected_speedup_by_depth`, `recommended_by`): an `engine-eval --depths` report's are vLLM's measured
+    speedups, the fastest depth recommended (0 when none beat plain decoding); an evaluator report's are its
+    own."""
+    check = report.get("depth_check")
+    rows = [r for r in (check or {}).get("rows", []) if r.get("speedup_measured") is not None]
+    if not rows:
+        return {**report, "recommended_by": "recommends"}
+    best = max(rows, key=lambda r: r["speedup_measured"])
+    speedups = {r["depth"]: r["speedup_measured"] for r in rows}
+    paid = best["speedup_measured"] > 1.0
+    return {
+        **report,
+        "recommended_depth": best["depth"] if paid else 0,
+        "recommended_speedup": best["speedup_measured"] if paid else 1.0,
+        "expected_speedup_by_depth": [speedups.get(k, 0.0) for k in range(1, max(speedups) + 1)],
+        "recommended_by": "measured fastest in vLLM",
     }
 
 
@@ -109,7 +131,7 @@ def _depth_and_reason(
         return (
             recommended,
             "report",
-            f"num_speculative_tokens {recommended}: the depth {path} recommends{expected}",
+            f"num_speculative_tokens {recommended}: the depth {path} {measured['recommended_by']}{expected}",
         )
     if path is None:
         why = (

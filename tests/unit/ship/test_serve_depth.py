@@ -223,3 +223,38 @@ def test_the_option_is_refused_for_an_engine_without_a_speculative_config(target
     )
     _, _, built = export(ckpt, "sglang", tmp_path / "sg")  # without the option: no depth to choose
     assert built.depth_choice is None and "speculative_depth" in _record(tmp_path / "sg")
+
+
+def test_an_engine_eval_depth_report_sets_the_depth_vllm_measured_fastest(target, tmp_path, capsys):
+    # engine-eval --depths: the evaluator's own loop says off, vLLM measured depth 1 fastest (1.13x)
+    rows = [
+        {"depth": 1, "speedup_measured": 1.13},
+        {"depth": 2, "speedup_measured": 1.04},
+        {"depth": 3, "speedup_measured": 1.08},
+    ]
+    report = tmp_path / "depth.json"
+    report.write_text(json.dumps({**OFF, "depth_check": {"rows": rows}}))
+    ckpt = _medusa(target, tmp_path / "final", None)
+    assert main([str(ckpt), "--to", "vllm", "--out", str(tmp_path / "out"), "--report", str(report)]) == 0
+    depth = _record(tmp_path / "out")["speculative_depth"]
+    assert (depth["num_speculative_tokens"], depth["chosen_by"], depth["recommended_depth"]) == (
+        1,
+        "report",
+        1,
+    )
+    assert depth["warning"] is None
+    assert (
+        f"the depth {report} measured fastest in vLLM (expected 1.13x plain decoding)"
+        in capsys.readouterr().out
+    )
+    # no depth beat plain decoding in vLLM: speculation off, the layout's default, and the warning
+    slow = [{**r, "speedup_measured": r["speedup_measured"] - 0.2} for r in rows]
+    report.write_text(json.dumps({**RECOMMENDS_2, "depth_check": {"rows": slow}}))
+    assert main([str(ckpt), "--to", "vllm", "--out", str(tmp_path / "off"), "--report", str(report)]) == 0
+    depth = _record(tmp_path / "off")["speculative_depth"]
+    assert (depth["num_speculative_tokens"], depth["chosen_by"], depth["recommended_depth"]) == (
+        3,
+        "default",
+        0,
+    )
+    assert "(best depth 1: 0.93x)" in depth["warning"]
