@@ -114,13 +114,16 @@ def render_card(
     reports: list[dict[str, Any]],
     exports: dict[str, dict[str, Any]],
     license_id: str,
+    engine: dict[str, Any] | None = None,
 ) -> str:
-    """README.md for `repo` (see the module docstring)."""
+    """README.md for `repo` (see the module docstring); `engine`: an `engine-eval` report, whose vLLM figures
+    get a section of their own."""
     record = family(source["kind"])
     base = source["target"].get("name_or_path", "")
     out = _front_matter(record, base, license_id)
     out += _introduction(repo, record, base, source["config"])
     out += _measured_section(reports)
+    out += _engine_section(engine)
     out += _drafter_section(source, record, base)
     out += _training_section(source)
     out += _serve_section(repo, exports)
@@ -175,7 +178,8 @@ def _measured_section(reports: list[dict[str, Any]]) -> list[str]:
     recommended = recommendation_table(reports)
     if recommended:
         out += [
-            "The draft depth to serve (vLLM's `num_speculative_tokens`; the vLLM export uses the first report's): "
+            "The draft depth to serve (vLLM's `num_speculative_tokens`; the vLLM export uses the first report's, "
+            "unless vLLM's own measurement below timed several depths): "
             "the one with the highest expected speedup, predicted from the acceptance at each depth and the "
             "measured cost of a draft step and of a verification on the device named; off when no depth beats "
             "plain decoding.",
@@ -184,6 +188,38 @@ def _measured_section(reports: list[dict[str, Any]]) -> list[str]:
             "",
         ]
     return out + [f"Versions and device: {versions_line(reports)}.", ""]
+
+
+def _engine_section(report: dict[str, Any] | None) -> list[str]:
+    """vLLM's own measurement (`draftsmith engine-eval`): its tau next to the evaluator's, the answers equal to
+    plain decoding, and the speedup at each depth it decoded (`--depths`), or at the run's one depth."""
+    if report is None:
+        return []
+    v, settings, n = report["vllm"], report["settings"], report["answers"]
+    equal = v.get("speculative_equals_plain")
+    out = [
+        "## Measured in vLLM",
+        "",
+        f"Served by {report['engine']['package']} {report['engine']['version']} (`draftsmith engine-eval`): {n} "
+        f"answers of {Path(str(settings['data'])).name}, T = {settings['temperature']}, batch "
+        f"{settings['batch_size']}; plain decoding {_fmt(v['plain_tokens_per_s'], 1)} tokens/s. vLLM's "
+        f"mean acceptance length {_fmt(v['mean_acceptance_length'])} at depth {settings['depth']} (the "
+        f"evaluator's tau: {_fmt(report['draftsmith']['tau'])})"
+        + (f"; {equal}/{n} answers equal to plain decoding." if equal is not None else "."),
+        "",
+    ]
+    check = report.get("depth_check")
+    if check:
+        rows = [[r["depth"], _fmt(r["tau_vllm"]), _fmt(r["speedup_measured"], 2)] for r in check["rows"]]
+        out += table(["depth", "vLLM mean acceptance length", "speedup against plain decoding"], rows)
+        out += [
+            "",
+            f"Fastest depth measured: {check['fastest_measured_depth']} (what the vLLM export drafts).",
+            "",
+        ]
+    else:
+        out += [f"Speedup at depth {settings['depth']}: {_fmt(v['speedup'], 2)}x plain decoding.", ""]
+    return out
 
 
 def _drafter_section(source: dict[str, Any], record: Family, base: str) -> list[str]:

@@ -7,6 +7,8 @@ The uploaded folder is:
 - `engines/<engine>/`: the drafter exported for each engine that serves its kind, every export validated
   against the target first (`draftsmith export`); a distilled draft LM is itself the transformers directory
   engines load, so its root is what they serve;
+- `engine-eval.json` with --engine-report: vLLM's own measurement (`draftsmith engine-eval --report`), which the
+  card states and whose `--depths` check sets the vLLM export's depth;
 - README.md: the model card (YAML metadata: base_model, library_name, tags, license; the tau table and
   per-depth acceptance from the acceptance reports; the recipe and data; copy-paste vLLM / SGLang commands).
 
@@ -100,14 +102,22 @@ def stage(
     allow_unmeasured: bool = False,
     target: str | None = None,
     target_repo: str | None = None,
+    engine_report: Path | None = None,
 ) -> dict[str, Any]:
     """Write the folder that `push` uploads into `folder` (must not exist or be empty); returns a summary.
-    The target is named by its Hub id everywhere in it (`hub_target`), and no absolute local path remains."""
+    The target is named by its Hub id everywhere in it (`hub_target`), and no absolute local path remains.
+    `engine_report` (an `engine-eval` report) travels as engine-eval.json, gets the card's vLLM section and,
+    with `--depths`, sets the vLLM export's depth (the one vLLM measured fastest)."""
     src = Path(ckpt).expanduser()
     source = read_source(src)
     public_target = hub_target(source, target, target_repo)
     files = _report_files(src, reports, allow_unmeasured)
     loaded = read_reports(files, "--eval")
+    engine = read_reports([engine_report], "--engine-report")[0] if engine_report is not None else None
+    if engine is not None and not {"vllm", "engine", "draftsmith"} <= set(engine):
+        raise ValueError(
+            f"--engine-report {engine_report}: not an `engine-eval` report (no vllm/engine keys)"
+        )
     if folder.exists() and any(folder.iterdir()):
         raise ValueError(f"{folder} is not empty; --dry-run needs a new or empty directory")
     folder.mkdir(parents=True, exist_ok=True)
@@ -115,9 +125,13 @@ def stage(
     if len(loaded) > 1 or files[:1] != [src / "eval.json"]:
         for i, report in enumerate(loaded):  # the reports the card cites travel with it
             write_json(folder / ("eval.json" if i == 0 else f"eval-{i}.json"), report)
-    exports = _export_engines(src, source, folder, target, files[0] if files else None)
+    if engine is not None:
+        write_json(folder / "engine-eval.json", engine)
+    depth_report = engine_report if engine is not None and "depth_check" in engine else None
+    exports = _export_engines(src, source, folder, target, depth_report or (files[0] if files else None))
     card_source = {**source, "target": {**source["target"], "name_or_path": public_target}}
-    write_text(folder / "README.md", render_card(repo, card_source, loaded, exports, license_id))
+    card = render_card(repo, card_source, loaded, exports, license_id, engine)
+    write_text(folder / "README.md", card)
     scrub_local_paths(folder, _public_names(target or source["target_name"], public_target))
     return {"folder": str(folder), "engines": list(exports), "reports": len(loaded), "target": public_target}
 
@@ -258,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--allow-unmeasured", action="store_true", help="push without an acceptance report")
     p.add_argument(
+        "--engine-report",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="an `engine-eval --report` file: the card states vLLM's own measurement, and with --depths the "
+        "vLLM export drafts the depth vLLM measured fastest",
+    )
+    p.add_argument(
         "--dry-run", default=None, metavar="DIR", help="write the folder that would be uploaded; no upload"
     )
     p.add_argument("--message", default=None, help="commit message")
@@ -279,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.allow_unmeasured,
             args.target,
             args.target_repo,
+            args.engine_report,
         )
         files = sorted(str(p.relative_to(args.dry_run)) for p in Path(args.dry_run).rglob("*") if p.is_file())
         print(
@@ -299,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.allow_unmeasured,
             args.target,
             args.target_repo,
+            args.engine_report,
         )
         message = args.message or f"draftsmith: {read_source(args.checkpoint)['kind']} drafter"
         url = upload(folder, args.repo, args.private, args.revision, message)

@@ -209,6 +209,7 @@ def test_the_card_states_the_recommended_depth_and_its_expected_speedup():
     card = render_card("acme/eagle3-tiny", SOURCE, [pays], EXPORTS, "apache-2.0")
     assert (
         "| mt_bench.jsonl | 0.0 | 0.610 | 0.420 | 0.300 |\n\nThe draft depth to serve (vLLM's "
-        "`num_speculative_tokens`; the vLLM export uses the first report's)" in card
+        "`num_speculative_tokens`; the vLLM export uses the first report's, unless vLLM's own measurement "
+        "below timed several depths)" in card
     )
     assert "|---|---|---|---|---|\n| mt_bench.jsonl | 0.0 | 2 | 1.62x | cpu |\n\nVersions and device:" in card

