@@ -3,7 +3,7 @@ with the target, in tokens per second on the same machine.
 
     python -m bench.data_paths --target DIR --mix mix.jsonl [--prompts 64] [--max-new-tokens 128]
         [--batch-sizes 16,64] [--dtypes float32,bfloat16] [--answers-per-prompt 4] [--prefill-samples 400]
-        [--vllm-concurrency 16,64] [--work-dir DIR]
+        [--vllm-concurrency 16,64] [--work-dir DIR] [--paths prefill,local,sampled,server]
 
 Paths (the tokens counted are the ones a drafter trains on):
   1. the target's own answers, locally (`data regenerate --target`, transformers' generate): greedy, per dtype
