@@ -45,7 +45,6 @@ without the drafter, requests in flight or long prompts (engines/load_curves.py)
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -63,11 +62,12 @@ from draftsmith.models.families import family
 from draftsmith.models.serving import serving_engines
 from draftsmith.runtime.display import pyplot
 from draftsmith.runtime.errors import UserError, one_line
-from draftsmith.runtime.files import check_output_file, read_json, sha256_file, user_cache, write_json
+from draftsmith.runtime.files import check_output_file, read_json, user_cache, write_json
 
 from .depth_check import depth_check
 from .engine_report import build_report, markdown, plot_curves
 from .load_curves import Level, curves, documents_text, long_prompts
+from .plain_cache import plain_cache_file, target_fingerprint
 from .settings import EngineEvalArgs, parse_engine_eval_args
 from .settings import build_parser as build_settings_parser
 from .setup import EngineEnv, require_env
@@ -75,18 +75,6 @@ from .vllm_engine import VllmRun, run_worker, speculative_config
 
 CHECKED = {"within_tolerance": True}  # a run without --depths has no depth check to fail
 MAX_MODEL_LEN_MARGIN = 16  # vLLM's context: the longest prompt + max new tokens + the draft depth, and some
-# The files of a target directory vLLM reads (the tokenizer is not: the prompts are ids), by suffix or name
-TARGET_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-TARGET_FILE_NAMES = ("config.json", "generation_config.json")
-# What a plain run depends on among the target's identity fields (not its path)
-TARGET_IDENTITY_KEYS = (
-    "model_type",
-    "vocab_size",
-    "hidden_size",
-    "tokenizer_sha256",
-    "chat_template_sha256",
-    "weights_sha256",
-)
 # Under draftsmith's cache: the vLLM logs of a failed run that had no --work-dir
 KEPT_LOGS = "engine-eval-logs"
 
@@ -155,29 +143,6 @@ def job(
         "seeds": [args.seed * 1_000_003 + i for i in range(len(prompts))],
         "batch_size": args.batch_size,
     }
-
-
-def target_fingerprint(target: Any, directory: Path) -> dict[str, Any]:
-    """What vLLM's plain decoding of the target depends on, by content and not by path: the fingerprints its
-    identity records (LM head and final norm, tokenizer, chat template) and the sha256 of every file vLLM
-    reads from `directory` (config, generation config, weights). A target rebuilt at the same path is
-    another target."""
-    identity = target.identity()
-    files = {}
-    if directory.is_dir():
-        for path in sorted(directory.iterdir()):
-            read = path.suffix in TARGET_FILE_SUFFIXES or path.name in TARGET_FILE_NAMES
-            if path.is_file() and (read or path.name.endswith(".index.json")):
-                files[path.name] = sha256_file(path)
-    return {"identity": {k: identity.get(k) for k in TARGET_IDENTITY_KEYS}, "files": files}
-
-
-def plain_cache_file(folder: str, plain_job: dict[str, Any], engine: str, target: dict[str, Any]) -> Path:
-    """Where a plain run of exactly this job is kept: named by the sha256 of the job without the model's path,
-    the target's content (`target_fingerprint`) and the engine (its venv's python)."""
-    content = {k: v for k, v in plain_job.items() if k != "model"}
-    key = hashlib.sha256(json.dumps([content, target, engine], sort_keys=True).encode()).hexdigest()[:20]
-    return Path(folder).expanduser() / f"vllm-plain-{key}.json"
 
 
 def say(args: EngineEvalArgs, text: str) -> None:
