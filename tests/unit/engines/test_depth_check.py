@@ -30,9 +30,12 @@ def test_the_prediction_by_hand():
     # 1.7 / 120 s = 1.41667 plain steps, one to verify and 2c to draft: c = 0.41667 / 2 = 0.208333
     c = (1.7 / 120 / 0.01 - 1) / 2
     assert draft_cost_ratio(1.7, 100.0, 120.0, 2) == pytest.approx(c, rel=1e-12)
-    got = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
+    calibrated = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
+    assert calibrated is not None
+    cost, got = calibrated
+    assert cost == pytest.approx(c, rel=1e-12)
     assert got == pytest.approx([t / (1 + k * c) for k, t in enumerate(TAUS, start=1)], rel=1e-12)
-    assert got is not None and got[1] == pytest.approx(1.2, rel=1e-12)  # the calibration depth: as measured
+    assert got[1] == pytest.approx(1.2, rel=1e-12)  # the calibration depth: as measured
 
 
 def test_too_little_measured_predicts_nothing_and_a_cheap_step_costs_no_draft():
@@ -40,13 +43,14 @@ def test_too_little_measured_predicts_nothing_and_a_cheap_step_costs_no_draft():
     assert vllm_prediction([0.5, None, 0.3], 100.0, 120.0, 2) is None
     assert vllm_prediction(OURS["acceptance_by_depth"], 0.0, 120.0, 2) is None
     # a step measured cheaper than a plain one (noise): drafting is free, the prediction is tau itself
-    assert vllm_prediction(OURS["acceptance_by_depth"], 100.0, 200.0, 2) == pytest.approx(TAUS)
+    assert vllm_prediction(OURS["acceptance_by_depth"], 100.0, 200.0, 2) == (0.0, pytest.approx(TAUS))
 
 
 def test_the_check_compares_every_other_depth_and_names_the_fastest():
     plain = run(100.0)
-    predicted = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
-    assert predicted is not None
+    calibrated = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
+    assert calibrated is not None
+    predicted = calibrated[1]
     # depth 1 measured 10 % under the prediction, depth 3 exactly on it
     runs = {1: run(predicted[0] * 100 / 1.1), 2: run(120.0), 3: run(predicted[2] * 100)}
     check = depth_check(OURS, plain, runs, 2, 0.15)
@@ -76,8 +80,9 @@ def test_the_table_marks_the_calibration_and_says_whether_the_prediction_held():
     from draftsmith.engines.engine_report import depth_markdown
 
     plain = run(100.0)
-    predicted = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
-    assert predicted is not None
+    calibrated = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
+    assert calibrated is not None
+    predicted = calibrated[1]
     runs = {1: run(predicted[0] * 100 / 1.2), 2: run(120.0)}  # depth 1: measured 20 % under the prediction
     lines = depth_markdown(depth_check(OURS, plain, runs, 2, 0.15), answers=1)
     assert lines[3].startswith("| 1 | 1.500 |") and "+20.0 %" in lines[3]

@@ -233,7 +233,7 @@ def test_an_engine_eval_depth_report_sets_the_depth_vllm_measured_fastest(target
         {"depth": 3, "speedup_measured": 1.08},
     ]
     report = tmp_path / "depth.json"
-    report.write_text(json.dumps({**OFF, "depth_check": {"rows": rows}}))
+    report.write_text(json.dumps({**OFF, "depth_check": {"rows": rows, "fastest_measured_depth": 1}}))
     ckpt = _medusa(target, tmp_path / "final", None)
     assert main([str(ckpt), "--to", "vllm", "--out", str(tmp_path / "out"), "--report", str(report)]) == 0
     depth = _record(tmp_path / "out")["speculative_depth"]
@@ -249,7 +249,9 @@ def test_an_engine_eval_depth_report_sets_the_depth_vllm_measured_fastest(target
     )
     # no depth beat plain decoding in vLLM: speculation off, the layout's default, and the warning
     slow = [{**r, "speedup_measured": r["speedup_measured"] - 0.2} for r in rows]
-    report.write_text(json.dumps({**RECOMMENDS_2, "depth_check": {"rows": slow}}))
+    report.write_text(
+        json.dumps({**RECOMMENDS_2, "depth_check": {"rows": slow, "fastest_measured_depth": 1}})
+    )
     assert main([str(ckpt), "--to", "vllm", "--out", str(tmp_path / "off"), "--report", str(report)]) == 0
     depth = _record(tmp_path / "off")["speculative_depth"]
     assert (depth["num_speculative_tokens"], depth["chosen_by"], depth["recommended_depth"]) == (
@@ -258,3 +260,27 @@ def test_an_engine_eval_depth_report_sets_the_depth_vllm_measured_fastest(target
         0,
     )
     assert "(best depth 1: 0.93x)" in depth["warning"]
+
+
+def test_a_report_of_another_drafter_is_refused(target, tmp_path, capsys):
+    """A report measures the drafter it names: prompt lookup's, or another checkpoint's weights, cannot set this
+    one's depth; a copy of the same checkpoint, or a report naming no drafter, can."""
+    ckpt = _medusa(target, tmp_path / "final", None)
+    torch.manual_seed(1)
+    other_heads = MedusaHeads(MedusaConfig(num_heads=3, num_layers=1), target.hidden_size, target.vocab_size)
+    other = save_drafter(tmp_path / "other", other_heads, target.identity())
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in ckpt.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    report = tmp_path / "report.json"
+    for measured, refused in [("ngram", "measures ngram (prompt lookup)"), (str(other), f"drafter in {other}")]:
+        report.write_text(json.dumps({**RECOMMENDS_2, "settings": {"drafter": measured}}))
+        out = tmp_path / f"out-{len(refused)}"
+        assert cli(["export", str(ckpt), "--to", "vllm", "--out", str(out), "--report", str(report)]) == 1
+        err = capsys.readouterr().err
+        assert refused in err and "--num-speculative-tokens" in err and "Traceback" not in err
+        assert not out.exists()
+    report.write_text(json.dumps({**RECOMMENDS_2, "drafter": str(copy)}))
+    assert main([str(ckpt), "--to", "vllm", "--out", str(tmp_path / "ok"), "--report", str(report)]) == 0
+    assert _record(tmp_path / "ok")["speculative_depth"]["num_speculative_tokens"] == 2
