@@ -64,7 +64,7 @@ from draftsmith.runtime.display import pyplot
 from draftsmith.runtime.errors import UserError, one_line
 from draftsmith.runtime.files import check_output_file, read_json, user_cache, write_json
 
-from .depth_check import depth_check
+from .depth_check import depth_check, replayed_schedules
 from .engine_report import build_report, markdown, plot_curves
 from .load_curves import Level, curves, documents_text, long_prompts
 from .plain_cache import plain_cache_file, target_fingerprint
@@ -245,7 +245,9 @@ def evaluate(args: EngineEvalArgs, work: Path) -> dict[str, Any]:
             runs[k] = run_worker(
                 engine, job(args, prompts, stops, spec_k, max_positions), work / f"vllm-depth-{k}.log"
             )
-        report["depth_check"] = depth_check(ours, plain, runs, depth, args.max_speedup_diff)
+        report["depth_check"] = depth_check(
+            ours, plain, runs, depth, args.max_speedup_diff, replayed_schedules(args, prompts, plain.outputs)
+        )
         if report["lossless"] is not None:  # at T = 0 every depth's answers must equal the plain ones
             rows = report["depth_check"]["rows"]
             report["lossless"] = report["lossless"] and all(

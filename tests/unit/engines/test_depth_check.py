@@ -6,8 +6,16 @@ from typing import Any
 
 import pytest
 
-from draftsmith.engines.depth_check import depth_check, draft_cost_ratio, vllm_prediction
+from draftsmith.engines.depth_check import (
+    Schedule,
+    acceptance_schedules,
+    depth_check,
+    draft_cost_ratio,
+    ngram_schedules,
+    vllm_prediction,
+)
 from draftsmith.engines.vllm_engine import VllmRun
+from draftsmith.eval.drafters.ngram import NgramDrafter
 
 # The evaluator's report: acceptance by depth (and its own prediction, listed beside vLLM's)
 OURS: dict[str, Any] = {
@@ -30,7 +38,7 @@ def test_the_prediction_by_hand():
     # 1.7 / 120 s = 1.41667 plain steps, one to verify and 2c to draft: c = 0.41667 / 2 = 0.208333
     c = (1.7 / 120 / 0.01 - 1) / 2
     assert draft_cost_ratio(1.7, 100.0, 120.0, 2) == pytest.approx(c, rel=1e-12)
-    calibrated = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
+    calibrated = vllm_prediction(acceptance_schedules(OURS["acceptance_by_depth"]), 100.0, 120.0, 2)
     assert calibrated is not None
     cost, got = calibrated
     assert cost == pytest.approx(c, rel=1e-12)
@@ -39,16 +47,19 @@ def test_the_prediction_by_hand():
 
 
 def test_too_little_measured_predicts_nothing_and_a_cheap_step_costs_no_draft():
-    assert vllm_prediction([0.5], 100.0, 120.0, 2) is None  # depth 2 was never measured
-    assert vllm_prediction([0.5, None, 0.3], 100.0, 120.0, 2) is None
-    assert vllm_prediction(OURS["acceptance_by_depth"], 0.0, 120.0, 2) is None
+    assert vllm_prediction(acceptance_schedules([0.5]), 100.0, 120.0, 2) is None  # depth 2 was never measured
+    assert vllm_prediction(acceptance_schedules([0.5, None, 0.3]), 100.0, 120.0, 2) is None
+    assert vllm_prediction(acceptance_schedules(OURS["acceptance_by_depth"]), 0.0, 120.0, 2) is None
     # a step measured cheaper than a plain one (noise): drafting is free, the prediction is tau itself
-    assert vllm_prediction(OURS["acceptance_by_depth"], 100.0, 200.0, 2) == (0.0, pytest.approx(TAUS))
+    assert vllm_prediction(acceptance_schedules(OURS["acceptance_by_depth"]), 100.0, 200.0, 2) == (
+        0.0,
+        pytest.approx(TAUS),
+    )
 
 
 def test_the_check_compares_every_other_depth_and_names_the_fastest():
     plain = run(100.0)
-    calibrated = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
+    calibrated = vllm_prediction(acceptance_schedules(OURS["acceptance_by_depth"]), 100.0, 120.0, 2)
     assert calibrated is not None
     predicted = calibrated[1]
     # depth 1 measured 10 % under the prediction, depth 3 exactly on it
@@ -80,7 +91,7 @@ def test_the_table_marks_the_calibration_and_says_whether_the_prediction_held():
     from draftsmith.engines.engine_report import depth_markdown
 
     plain = run(100.0)
-    calibrated = vllm_prediction(OURS["acceptance_by_depth"], 100.0, 120.0, 2)
+    calibrated = vllm_prediction(acceptance_schedules(OURS["acceptance_by_depth"]), 100.0, 120.0, 2)
     assert calibrated is not None
     predicted = calibrated[1]
     runs = {1: run(predicted[0] * 100 / 1.2), 2: run(120.0)}  # depth 1: measured 20 % under the prediction
@@ -88,3 +99,31 @@ def test_the_table_marks_the_calibration_and_says_whether_the_prediction_held():
     assert lines[3].startswith("| 1 | 1.500 |") and "+20.0 %" in lines[3]
     assert lines[4].startswith("| 2 (calibration) |")
     assert lines[-1].startswith("the depth prediction: largest difference 20.0 % (limit 15 %, MISSED)")
+
+
+# Prompt lookup replayed by hand (vLLM's proposer: the earliest occurrence of the longest match, n 1..3), prompt
+# [1, 2, 3, 4], greedy answer [1, 2, 3, 9, 1, 2]; the answer's first token comes from the prompt's forward.
+#   K = 1: [1] -> draft [2], accepted 1 | [1 2 3] -> [4], 0 (the target says 9) | [9]: no match, no draft |
+#          [1] -> [2], accepted 1: 5 steps, 3 with drafts, 2 accepted
+#   K = 2: [1] -> [2 3], accepted 2 | [9]: no draft | [1] -> [2 3], 1 (the answer ends): 4 steps, 2 drafting, 3
+PROMPT, GREEDY = [1, 2, 3, 4], [1, 2, 3, 9, 1, 2]
+
+
+def test_prompt_lookup_is_replayed_step_by_step():
+    proposer = NgramDrafter(max_ngram=3, min_ngram=1, match="earliest")
+    got = ngram_schedules(proposer, [PROMPT], [GREEDY], [1, 2])
+    assert got == {1: Schedule(6.0, 5.0, 3.0, 2.0), 2: Schedule(6.0, 4.0, 2.0, 3.0)}
+    assert got[2].tau_vllm == 2.5 and got[1].tau_vllm == pytest.approx(5 / 3)
+    # a draft token at c plain steps: 6 tokens in 4 steps plus 2 drafting steps of 2 draft tokens
+    assert got[2].speedup(2, 0.25) == pytest.approx(6 / (4 + 2 * 2 * 0.25))
+    assert got[2].draft_cost(2, got[2].speedup(2, 0.25)) == pytest.approx(0.25)
+    # calibrated at K = 2 and predicted at K = 1 with the same c
+    c, predicted = vllm_prediction(got, 100.0, 100.0 * got[2].speedup(2, 0.25), 2) or (None, [])
+    assert c == pytest.approx(0.25) and predicted == pytest.approx([6 / (5 + 3 * 0.25), 6 / (4 + 4 * 0.25)])
+
+
+def test_a_drafter_that_always_drafts_reduces_to_tau_over_its_draft_cost():
+    schedules = acceptance_schedules([0.5, 0.4])
+    assert schedules[2] == Schedule(1.7, 1.0, 1.0, pytest.approx(0.7))
+    assert schedules[2].tau_vllm == pytest.approx(1.7)
+    assert schedules[2].speedup(2, 0.1) == pytest.approx(1.7 / 1.2)

@@ -274,7 +274,10 @@ def test_a_report_of_another_drafter_is_refused(target, tmp_path, capsys):
     for f in ckpt.iterdir():
         (copy / f.name).write_bytes(f.read_bytes())
     report = tmp_path / "report.json"
-    for measured, refused in [("ngram", "measures ngram (prompt lookup)"), (str(other), f"drafter in {other}")]:
+    for measured, refused in [
+        ("ngram", "measures ngram (prompt lookup)"),
+        (str(other), f"drafter in {other}"),
+    ]:
         report.write_text(json.dumps({**RECOMMENDS_2, "settings": {"drafter": measured}}))
         out = tmp_path / f"out-{len(refused)}"
         assert cli(["export", str(ckpt), "--to", "vllm", "--out", str(out), "--report", str(report)]) == 1
