@@ -30,13 +30,15 @@ class Budget:
 # every position labelled by the target's own greedy token (`draft.labels=top1`, eagle3_smollm2_scale.yaml), which
 # a sampled answer's next token is not. The target's answers, not prefilled text: per answer token they were
 # worth about 3x as many tokens of the text mix on MT-bench ("Scaling" in docs/BENCHMARKS.md), more than their
-# ~2.5x cost (about 400 tokens/s generated in bfloat16 against 1,000 prefilled, then ~1,300 trained).
+# ~2.5x cost (about 400 tokens/s generated in bfloat16 against 1,000 prefilled, then ~1,300 trained). Answers
+# stay at 192 tokens: at 320 the batches of 64 run on with the longest answers, and the greedy set alone
+# came at about 230 tokens/s (320 of 891 answers in 7 min on 2 cores), too slow for two sets in an hour.
 BUDGETS = {
     "short": Budget(prompts=480, answer_tokens=192, epochs=3.0, eval_prompts=16, eval_tokens=128),
     "long": Budget(
         prompts=891,
-        answer_tokens=320,
-        epochs=2.0,
+        answer_tokens=192,
+        epochs=3.0,
         eval_prompts=24,
         eval_tokens=160,
         sampled=1,
