@@ -54,7 +54,7 @@ def _medusa(target: FrozenTarget, out: Path, report: dict | None) -> Path:
 
 
 def _eagle3(target: FrozenTarget, out: Path) -> Path:
-    """An EAGLE-3 trained for 2 steps: its speculators config proposes min(2, 3) tokens, vLLM's command 3."""
+    """An EAGLE-3 trained for 2 steps: its speculators config and vLLM's command both draft min(2, 3) tokens."""
     config = EagleConfig(version=3, feature_layers=[1, 2, 3], draft_vocab_size=64, ttt_steps=2)
     draft = Eagle3Draft(config, target.model.config, 64)
     draft.set_vocab_map(*build_vocab_map(torch.arange(target.vocab_size).flip(0), 64))
@@ -120,11 +120,11 @@ def test_an_explicit_report_sets_the_speculators_config_too(target, tmp_path):
     config = json.loads((out / "config.json").read_text())  # what `vllm serve {dir}` reads
     assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 2
     assert _record(out)["speculative_depth"]["report"] == str(report)
-    # Without a report the layout's own values stay as it wrote them (2 in the config, 3 in the command).
+    # Without a report the layout's own depth stays: the trained 2, in the config and in the command alike.
     out, _, built = export(ckpt, "vllm", tmp_path / "plain")
     config = json.loads((out / "config.json").read_text())
     assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 2
-    assert built.speculative is not None and built.speculative["num_speculative_tokens"] == 3
+    assert built.speculative is not None and built.speculative["num_speculative_tokens"] == 2
 
 
 def test_without_a_report_the_default_stays_and_the_summary_says_why(target, tmp_path, capsys):

@@ -208,11 +208,14 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
     canonical, ids, vd, tensors, spec = _eagle3_common(source, target, "vllm", "layers.0.")
     without_identity_vocab_map(tensors, spec, target.vocab_size)
     kind = draft_layer_kind(source)
-    speculative = vllm_speculative("eagle3", 3)
+    # vLLM's default depth, at most the depths the head was trained on: the same in the speculators config
+    # (what `vllm serve {dir}` reads) and in the explicit command
+    depth = min(int(source["config"]["drafter"].get("ttt_steps", 3)), 3)
+    speculative = vllm_speculative("eagle3", depth)
     export = Export(
         layout="eagle3-vllm-speculators",
         engine=engine,
-        config=_speculators_config(source, target, vd, ids),
+        config=_speculators_config(source, target, vd, ids, depth),
         tensors=tensors,
         layer_ids={"canonical": canonical, "vllm": ids},
         serve=["vllm serve {dir}", vllm_serve(target.path, speculative)],
@@ -236,15 +239,14 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
 
 
 def _speculators_config(
-    source: dict[str, Any], target: TargetInfo, vd: int, ids: list[int]
+    source: dict[str, Any], target: TargetInfo, vd: int, ids: list[int], depth: int
 ) -> dict[str, Any]:
     """The speculators config.json: the EAGLE-3 head's settings, its draft layer's transformers config, and
     the verifier (the target) with the proposal method vLLM runs."""
-    state, cfg, H = source["state"], source["config"], target.hidden_size
+    state, H = source["state"], target.hidden_size
     layer = draft_layer_config(target.config, target.vocab_size, layer=draft_layer_kind(source)).to_dict()
     for key in ("architectures", "transformers_version", "dtype", "torch_dtype", "auto_map"):
         layer.pop(key, None)
-    steps = int(cfg["drafter"].get("ttt_steps", 3))
     return {
         "architectures": ["Eagle3DraftModel"],
         "speculators_model_type": "eagle3",
@@ -266,7 +268,7 @@ def _speculators_config(
             "proposal_methods": [
                 {
                     "proposal_type": "greedy",
-                    "speculative_tokens": min(steps, 3),
+                    "speculative_tokens": depth,
                     "verifier_accept_k": 1,
                     "accept_tolerance": 0.0,
                 }
