@@ -79,8 +79,10 @@ def check_measured_drafter(ckpt_dir: Path, path: Path, report: dict[str, Any]) -
     fix = "pass a report of this checkpoint, or set the depth with --num-speculative-tokens"
     if measured == "ngram":
         raise ExportError(f"{path} measures ngram (prompt lookup), not the drafter in {ckpt_dir}; {fix}")
-    other = Path(measured) / WEIGHTS
-    if other.is_file() and _weights_digest(other) != _weights_digest(Path(ckpt_dir) / WEIGHTS):
+    other, ours = Path(measured) / WEIGHTS, Path(ckpt_dir) / WEIGHTS
+    if not other.is_file() or (ours.is_file() and other.samefile(ours)):
+        return
+    if _weights_digest(other) != _weights_digest(ours):
         raise ExportError(f"{path} measures the drafter in {measured}, not the one in {ckpt_dir}; {fix}")
 
 
