@@ -119,3 +119,26 @@ def test_vllm_runs_without_prefix_caching_so_no_placeholder_draft_is_counted():
     spec = {"method": "ngram", "num_speculative_tokens": 3}
     for speculative in (None, spec):
         assert job(args, [[1, 2, 3]], [0], speculative, 64)["enable_prefix_caching"] is False
+
+
+def test_the_replayed_schedule_is_the_evaluators_own_decoding_at_every_depth(successor_target):
+    """engine-eval --depths predicts prompt lookup from its plain answer replayed at each K (depth_check.py
+    `ngram_schedules`): its steps and steps with drafts must be those the evaluator's decoder takes under vLLM's
+    rule (full drafts at the budget), and its accepted tokens those of that decoding that fall inside the answer
+    (vLLM also counts acceptances past max_tokens, which no replay of the answer can see)."""
+    from draftsmith.engines.depth_check import ngram_schedules
+
+    prompt = [5, 10, 6, 12, 7, 10, 11]
+    settings = evaluator_settings(EngineEvalArgs(target="t", drafter="ngram", data="d"))
+    proposer = NgramDrafter(settings.ngram_max, settings.ngram_min, settings.ngram_match)
+    for depth in (1, 2, 3, 5):
+        full = _decode(successor_target, prompt, 14, depth, "full")
+        replayed = ngram_schedules(proposer, [prompt], [full.tokens], [depth])[depth]
+        assert replayed.tokens == len(full.tokens) == 14
+        assert replayed.steps == len(full.steps) + 1  # + the prompt's forward, which samples the first token
+        assert replayed.drafting == sum(1 for s in full.steps if s.draft_tokens)
+        inside, done = 0, 1  # the prompt's forward committed the first token
+        for step in full.steps:
+            inside, done = inside + min(step.accepted, 14 - done), done + step.committed
+        assert replayed.accepted == inside
+        assert sum(s.accepted for s in full.steps) >= inside
