@@ -3,7 +3,8 @@ prefixes of one shuffled data mix, each measured by real speculative decoding on
 next to ngram, and the fitted curve's prediction of the largest point from the smaller ones.
 
     python -m bench.scaling --target DIR --mix mix.jsonl --cache CACHE --out OUT \
-        [--sizes 64k,256k,1m,2m] [--eval-prompts 16] [--eval-tokens 96] [--goal-tau 2.0] [--table-only]
+        [--sizes 64k,256k,1m,2m] [--eval-prompts 16] [--eval-tokens 96] [--goal-tau 2.0] [--table-only] \
+        [--sets mt_bench,gsm8k,humaneval] [--set KEY=VALUE ...] [--drafter NAME=CKPT@TOKENS ...]
 
 The mix and its cache come first (docs/BENCHMARKS.md, "Training data at scale"):
 
@@ -72,6 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="another drafter to evaluate on the same sets and list in the table (e.g. one trained on other "
         "data, TOKENS its training tokens); repeatable",
     )
+    p.add_argument(
+        "--sets",
+        default=",".join(EVAL_SETS),
+        help=f"the sets to evaluate on (default all: {','.join(EVAL_SETS)}); the table shows what was measured",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a recipe override for every size's training (e.g. data.max_len=768 for long answers); repeatable",
+    )
     p.add_argument("--table-only", action="store_true", help="print the table from the reports written")
     return p
 
@@ -125,6 +139,7 @@ def train(args: argparse.Namespace, samples: int, tokens: int) -> Path:
         *(f"data.train=[{args.mix}]", f"data.cache={args.cache}", "data.cache_verify=false"),
         *(f"data.max_samples={samples}", f"train.epochs={epochs}", f"output_dir={run_dir}"),
         *(("target.dtype=bfloat16", "train.mixed_precision=bf16") if bf16 else ()),
+        *args.overrides,
         "--resume",
     )
     run(cmd, args.out / "logs" / f"train-{tokens}.log")
@@ -144,6 +159,8 @@ def evaluate(args: argparse.Namespace, drafters: dict[str, str]) -> None:
 
     model = FrozenTarget.load(TargetConfig(path=str(args.target), dtype="float32"))
     for dataset, rel in EVAL_SETS.items():
+        if dataset not in args.sets.split(","):
+            continue
         base_path = args.out / "eval" / f"{dataset}-plain.json"
         for name, drafter in drafters.items():
             path = args.out / "eval" / f"{dataset}-{name}.json"
@@ -300,7 +317,10 @@ def plot(args: argparse.Namespace, points: list[tuple[int, int]]) -> Path | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if unknown := set(args.sets.split(",")) - set(EVAL_SETS):
+        parser.error(f"--sets: no set {', '.join(sorted(unknown))}; the sets are {', '.join(EVAL_SETS)}")
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     points = prefix_sizes(args.cache, sizes)
     if not args.table_only:

@@ -1,0 +1,46 @@
+"""bench.scaling's command line: sizes, the sets to evaluate and the recipe overrides every size trains with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import scaling
+
+
+def test_sizes_read_k_and_m_as_powers_of_two_and_all_as_the_whole_cache() -> None:
+    assert [scaling.parse_size(s) for s in ("64k", "2m", "1500", "all")] == [65_536, 2_097_152, 1_500, None]
+
+
+def test_an_unknown_set_is_refused_before_anything_loads(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        scaling.main(["--target", "t", "--mix", "m", "--cache", "c", "--sets", "mt_bench,mmlu"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "no set mmlu" in err and "mt_bench, gsm8k, humaneval" in err
+
+
+def test_each_size_trains_with_the_rule_and_the_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands: list[list[str]] = []
+
+    def fake_run(cmd: list[str], log: Path) -> None:  # a training run makes its output_dir
+        commands.append(list(cmd))
+        Path(next(a for a in cmd if a.startswith("output_dir=")).split("=", 1)[1]).mkdir(parents=True)
+
+    monkeypatch.setattr(scaling, "run", fake_run)
+    argv = ["--target", "T", "--mix", "mix.jsonl", "--cache", "C", "--out", str(tmp_path)]
+    args = scaling.build_parser().parse_args([*argv, "--set", "data.max_len=768", "--set", "train.lr=3e-4"])
+
+    final = scaling.train(args, samples=300, tokens=64 * 1024)
+
+    assert final == tmp_path / "train" / "tokens-65536" / "final"
+    (cmd,) = commands
+    assert "data.max_samples=300" in cmd
+    assert "train.epochs=4.0" in cmd  # 256k / 64k, at most 4
+    assert cmd[-3:] == ["data.max_len=768", "train.lr=3e-4", "--resume"]
+    final.mkdir(parents=True)
+    scaling.train(args, samples=300, tokens=64 * 1024)
+    assert len(commands) == 1  # a trained size is kept
