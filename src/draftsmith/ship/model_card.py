@@ -279,7 +279,8 @@ def _serve_section(repo: str, exports: dict[str, dict[str, Any]]) -> list[str]:
         out += [f"**{engine}** ({info['layout']}):", "", "```bash"]
         if folder:
             out.append(f"hf download {repo} --include '{folder}/*' --local-dir drafter")
-        out += [cmd.replace("{dir}", where) for cmd in info.get("serve", [])]
+        for k, cmd in enumerate(info.get("serve", [])):  # two commands are two ways, not two steps
+            out += (["# or:"] if k else []) + [cmd.replace("{dir}", where)]
         out += ["```", ""] + [f"- {note}" for note in info.get("notes", [])]
         out += [""] if info.get("notes") else []
     return out

@@ -213,3 +213,20 @@ def test_the_card_states_the_recommended_depth_and_its_expected_speedup():
         "below timed several depths)" in card
     )
     assert "|---|---|---|---|---|\n| mt_bench.jsonl | 0.0 | 2 | 1.62x | cpu |\n\nVersions and device:" in card
+
+
+def test_several_serve_commands_read_as_alternatives():
+    """An export with two ways to serve it (the speculators directory alone, or the target naming it) lists
+    them with "# or:" between, not as two steps of one recipe."""
+    exports = {
+        "vllm": {**EXPORTS["vllm"], "serve": ["vllm serve {dir}", "vllm serve T --speculative-config X"]}
+    }
+    card = render_card("acme/eagle3-tiny", SOURCE, [REPORT], exports, "apache-2.0")
+    block = card.split("**vllm** (eagle3-vllm-speculators):")[1].split("```")[1].splitlines()
+    assert block == [
+        "bash",
+        "hf download acme/eagle3-tiny --include 'engines/vllm/*' --local-dir drafter",
+        "vllm serve drafter/engines/vllm",
+        "# or:",
+        "vllm serve T --speculative-config X",
+    ]
