@@ -126,12 +126,6 @@ def replayed_schedules(
     return ngram_schedules(proposer, prompts, answers, range(1, max(args.depths) + 1))
 
 
-def draft_cost_ratio(tau_at: float, plain_tokens_per_s: float, at_tokens_per_s: float, depth: int) -> float:
-    """c for a drafter that drafts at every step (`Schedule.draft_cost` of tau(depth) tokens a step), from vLLM's
-    speed at `depth` and its plain speed."""
-    return Schedule(tau_at, 1.0, 1.0, tau_at - 1.0).draft_cost(depth, at_tokens_per_s / plain_tokens_per_s)
-
-
 def vllm_prediction(
     schedules: Mapping[int, Schedule], plain_tokens_per_s: float, at_tokens_per_s: float, depth: int
 ) -> tuple[float, list[float]] | None:

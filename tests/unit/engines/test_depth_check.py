@@ -10,7 +10,6 @@ from draftsmith.engines.depth_check import (
     Schedule,
     acceptance_schedules,
     depth_check,
-    draft_cost_ratio,
     ngram_schedules,
     vllm_prediction,
 )
@@ -37,7 +36,7 @@ def test_the_prediction_by_hand():
     # plain: 100 tokens/s (0.01 s a token); at D = 2, tau(2) = 1.7 tokens a step at 120 tokens/s: a step takes
     # 1.7 / 120 s = 1.41667 plain steps, one to verify and 2c to draft: c = 0.41667 / 2 = 0.208333
     c = (1.7 / 120 / 0.01 - 1) / 2
-    assert draft_cost_ratio(1.7, 100.0, 120.0, 2) == pytest.approx(c, rel=1e-12)
+    assert Schedule(1.7, 1.0, 1.0, 0.7).draft_cost(2, 120.0 / 100.0) == pytest.approx(c, rel=1e-12)
     calibrated = vllm_prediction(acceptance_schedules(OURS["acceptance_by_depth"]), 100.0, 120.0, 2)
     assert calibrated is not None
     cost, got = calibrated
