@@ -282,6 +282,8 @@ def plot(args: argparse.Namespace, points: list[tuple[int, int]]) -> Path | None
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for dataset in EVAL_SETS:
+        if dataset not in args.sets.split(","):
+            continue
         xs, ys, es = [], [], []
         for _, tokens in points:
             r = _read(args.out / "eval" / f"{dataset}-tokens-{tokens}.json")
