@@ -26,8 +26,8 @@ class Budget:
 
 
 # The long budget is the scaled local path: every built-in training prompt, answered greedily and once more by
-# sampling (on-policy diversity; 55 against 58 tokens/s in `bench.data_paths` at batch 16, but 86.7 against 215.5
-# in the long quickstart at batch 64: docs/BENCHMARKS.md, "The long quickstart"), with
+# sampling (on-policy diversity; 158 against 215 tokens/s at batch 64 with data/nucleus.py's sampler, 87 with
+# transformers': docs/BENCHMARKS.md, "The long quickstart"), with
 # every position labelled by the target's own greedy token (`draft.labels=top1`, eagle3_smollm2_scale.yaml), which
 # a sampled answer's next token is not. The target's answers, not prefilled text: per answer token they were
 # worth about 3x as many tokens of the text mix on MT-bench ("Scaling" in docs/BENCHMARKS.md), more than their

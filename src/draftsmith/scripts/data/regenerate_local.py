@@ -19,10 +19,11 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import GenerationConfig
+from transformers import GenerationConfig, LogitsProcessorList
 
 from draftsmith.data.chat_render import render_prompt
 from draftsmith.data.conversations import Conversation, prompt_turns, read_conversations, with_answers
+from draftsmith.data.nucleus import DrawnToken
 from draftsmith.data.regen_output import (
     RegenOutput,
     RowWriter,
@@ -195,15 +196,17 @@ def generate_batch(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
     ids, mask = left_pad(prompts, pad, model.device)
     width = ids.shape[1]
-    greedy = sampling.temperature == 0
-    out = model.generate(
+    drawn = (
+        []
+        if sampling.temperature == 0
+        else [DrawnToken(sampling.temperature, sampling.top_p, sampling.top_k)]
+    )
+    out = model.generate(  # greedy steps: a sampled run's DrawnToken leaves its draw the only finite score
         input_ids=ids,
         attention_mask=mask,
         max_new_tokens=sampling.max_new_tokens,
-        do_sample=not greedy,
-        temperature=None if greedy else sampling.temperature,
-        top_p=None if greedy else sampling.top_p,
-        top_k=None if greedy else (sampling.top_k or None),
+        do_sample=False,
+        logits_processor=LogitsProcessorList(drawn),
         pad_token_id=pad,
         eos_token_id=sorted(stop_ids),
     )
