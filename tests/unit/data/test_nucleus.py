@@ -42,7 +42,9 @@ def test_nucleus_over_candidates_is_the_warpers_distribution_where_it_says_so(te
 def test_narrow_candidates_leave_flat_rows_to_the_whole_vocabulary():
     logits = peaked_logits()
     covered = nucleus(logits, 0.8, 0.95, 0, width=16)[2]
-    assert not covered[0] and covered[-1]  # the flattest row's nucleus is wider than 16, the most peaked's not
+    assert (
+        not covered[0] and covered[-1]
+    )  # the flattest row's nucleus is wider than 16, the most peaked's not
 
 
 @pytest.mark.parametrize("width", [8, 4096])
@@ -96,3 +98,12 @@ def test_generate_with_drawn_token_equals_a_token_by_token_sampling_loop(tiny_to
             ids = torch.cat([ids, draw(logits, 1.2, 0.9)[:, None]], dim=1)
     assert torch.equal(out, ids)
     assert len(set(out[:, 5:].flatten().tolist())) > 2  # it sampled: not one greedy token repeated
+
+
+def test_a_batch_of_only_wide_rows_falls_back_whole():
+    """Every row's nucleus wider than the candidates (flat rows): the first pass draws nothing, the fallback all."""
+    logits = torch.full((3, 100), -50.0)
+    logits[:, :60] = 0.0
+    tokens = draw(logits, 1.0, 0.95, generator=torch.Generator().manual_seed(0), width=8)
+    assert tokens.shape == (3,) and (tokens < 60).all()
+    assert not nucleus(logits, 1.0, 0.95, 0, width=8)[2].any()
