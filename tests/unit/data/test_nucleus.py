@@ -42,9 +42,8 @@ def test_nucleus_over_candidates_is_the_warpers_distribution_where_it_says_so(te
 def test_narrow_candidates_leave_flat_rows_to_the_whole_vocabulary():
     logits = peaked_logits()
     covered = nucleus(logits, 0.8, 0.95, 0, width=16)[2]
-    assert (
-        not covered[0] and covered[-1]
-    )  # the flattest row's nucleus is wider than 16, the most peaked's not
+    # the flattest row's nucleus is wider than 16, the most peaked's not
+    assert not covered[0] and covered[-1]
 
 
 @pytest.mark.parametrize("width", [8, 4096])
