@@ -84,4 +84,5 @@ class DrawnToken(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         tokens = draw(scores, self.temperature, self.top_p, self.top_k)
         out = torch.full_like(scores, float("-inf"))
-        return out.scatter_(1, tokens[:, None], 0.0)
+        out.scatter_(1, tokens[:, None], 0.0)
+        return out  # type: ignore[return-value]  # a float tensor; transformers annotates FloatTensor
