@@ -135,6 +135,12 @@ class HttpClient:
             self._open.add(conn)
         timer.start()
         try:
+            # Connected here, then `stop` checked: `abort()` sets `stop` before it shuts the open sockets, so
+            # an abort that came before this connection had a socket is seen now, and any later one shuts it.
+            # (A lazy connect inside `request` left that window open: the request then ran to its end.)
+            conn.connect()
+            if self.stop.is_set():
+                raise Aborted(f"{url}: the run is stopping")
             target = parts.path + (f"?{parts.query}" if parts.query else "")
             conn.request(method, target, body=data, headers=headers)
             response = conn.getresponse()

@@ -107,3 +107,30 @@ def test_the_deadline_covers_the_whole_answer_and_abort_ends_a_request_at_once()
             ProtocolError, match=r"answered 200 application/json with JSON that is not an object"
         ):
             HttpClient(srv.url, retries=3).request("GET", "/models")  # not retried: something else answers
+
+
+def test_an_abort_before_the_connection_has_a_socket_still_ends_the_request(monkeypatch):
+    """The window the Ctrl-C test once fell into under load: abort() ran after a request registered its
+    connection but before that connection opened its socket (nothing to shut), and the request then trickled
+    to its end. Here abort() runs at exactly that moment, every time."""
+    import http.client
+    import time
+
+    from fake_openai import FakeOpenAI, Reply
+
+    from draftsmith.runtime.http import Aborted
+
+    with FakeOpenAI() as srv:
+        srv.models = lambda body: Reply(200, b'{"data": []}' + b" " * 200, trickle_s=0.05)  # about 10 s
+        client = HttpClient(srv.url, timeout_s=60, retries=0)
+        connect = http.client.HTTPConnection.connect
+
+        def aborted_then_connected(conn: http.client.HTTPConnection) -> None:
+            client.abort()  # finds the connection registered, with no socket yet
+            connect(conn)
+
+        monkeypatch.setattr(http.client.HTTPConnection, "connect", aborted_then_connected)
+        start = time.monotonic()
+        with pytest.raises(Aborted):
+            client.request("GET", "/models")
+        assert time.monotonic() - start < 2
