@@ -23,18 +23,17 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessor
 
-CANDIDATES = (
-    512  # most probable tokens searched for the nucleus before a row falls back to the whole vocabulary
-)
+# the most probable tokens searched for a row's nucleus before the row falls back to the whole vocabulary
+CANDIDATES = 512
 
 
 def nucleus(
     logits: torch.Tensor, temperature: float, top_p: float, top_k: int = 0, width: int = CANDIDATES
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`[B, V]` logits -> (probs `[B, C]`, token ids `[B, C]`, covered `[B]`) over each row's C most probable
-    tokens (C = top_k where set, else min(width, V)), most probable first: the sampling distribution restricted to them, 0
-    outside the nucleus. `covered[b]` is False where row b's nucleus may reach beyond them; its probs are then
-    not the distribution and must be recomputed with `width=V`."""
+    tokens (C = top_k where set, else min(width, V)), most probable first: the sampling distribution restricted
+    to them, 0 outside the nucleus. `covered[b]` is False where row b's nucleus may reach beyond them; its probs
+    are then not the distribution and must be recomputed with `width=V`."""
     vocab = logits.shape[-1]
     scores = logits.float() / temperature
     # top-k bounds the candidates and renormalizes over them; without it the mass is the whole vocabulary's
