@@ -25,7 +25,7 @@ from torch import nn
 from .gguf import is_gguf, pretrained_source
 from .identity import sha256_text, tokenizer_fingerprint, weights_fingerprint
 from .parts import with_cache
-from .target_parts import PlainEmbedding, TargetHead
+from .target_parts import PlainEmbedding, TargetHead, foldable_input
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,9 @@ class FrozenTarget:
             )
         # False when loaded for offline training (embedding, norm and head only): forward() then refuses.
         self.has_layers = len(self.decoder.layers) == self.num_layers
+        # generate's prefill hands the head a last-position slice, which costs a copy of the whole head per row
+        # without this (target_parts.foldable_input).
+        self.model.get_output_embeddings().register_forward_pre_hook(foldable_input)
         self.head = TargetHead(self.model.get_output_embeddings(), text_config)
         norm = getattr(self.decoder.norm, "weight", None)
         # Before any sharding (FSDP / ZeRO-3 later split these weights across ranks).

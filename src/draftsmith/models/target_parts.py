@@ -9,6 +9,25 @@ import torch
 from torch import nn
 
 
+def foldable_input(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """Forward pre-hook for an LM head: its input with standard strides when its leading dims are not.
+
+    `torch.matmul` of a `[B, T, H]` input and a 2-D weight folds into one matrix product only when the leading
+    dims have the strides of a dense tensor, and it checks them even where a dim has size 1. The last
+    position of a batch (`hidden[:, -1:]`, what `generate`'s prefill hands the head with `logits_to_keep=1`)
+    fails that check, and matmul then expands the weight to `[B, H, V]` and copies it: at a batch of 64,
+    SmolLM2's 49,152 x 576 head in bfloat16 took 6.4 s instead of 9 ms (docs/BENCHMARKS.md, "Regeneration").
+    A copy of the few input rows costs microseconds; the values are the same products.
+    """
+    if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() < 3:
+        return None
+    x = args[0]
+    sizes, strides = x.shape, x.stride()
+    if all(strides[i] == strides[i + 1] * sizes[i + 1] for i in range(x.dim() - 2)):
+        return None
+    return (x.clone(memory_format=torch.contiguous_format), *args[1:])
+
+
 class TargetHead(nn.Module):
     """The target's logits from its post-norm state, exactly as the model's own forward computes them:
     the LM head, then Granite's `logits / logits_scaling`, Cohere's `logits * logit_scale` and Gemma-2/3's

@@ -126,3 +126,46 @@ def test_an_architecture_transformers_does_not_know_is_one_line(tmp_path, tiny_r
     assert message.endswith(
         "Upgrade transformers, or set target.trust_remote_code=true if it ships modeling code"
     )
+
+
+def _ops(fn) -> set[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return {event.name for event in prof.events()}
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_the_head_folds_a_last_position_slice_into_one_product(tiny_random_target, batch):
+    """The head of a loaded target takes `hidden[:, -1:]` (generate's prefill) as one matrix product, the same
+    values as the plain module: without the hook matmul expands the weight per row and copies it (`bmm`)."""
+    t = tiny_random_target
+    head = t.model.get_output_embeddings()
+    hidden = torch.randn(batch, 7, t.hidden_size)
+    last = hidden[:, -1:, :]
+    plain = torch.nn.functional.linear(last.reshape(batch, -1), head.weight)[:, None, :]  # the oracle
+    assert "aten::bmm" in _ops(lambda: torch.nn.functional.linear(last, head.weight))  # the cost it avoids
+    assert "aten::bmm" not in _ops(lambda: head(last))
+    torch.testing.assert_close(head(last), plain, rtol=0, atol=1e-6)
+    assert head(last).shape == (batch, 1, t.vocab_size)
+    full = t.model(input_ids=torch.randint(0, t.vocab_size, (batch, 7)), logits_to_keep=1).logits
+    assert full.shape == (batch, 1, t.vocab_size)
+    assert "aten::bmm" not in _ops(
+        lambda: t.model(input_ids=torch.zeros(batch, 7, dtype=torch.long), logits_to_keep=1)
+    )
+
+
+def test_the_head_hook_leaves_dense_inputs_alone():
+    from draftsmith.models.target_parts import foldable_input
+
+    linear = torch.nn.Linear(4, 6, bias=False)
+    dense = torch.randn(2, 5, 4)
+    assert foldable_input(linear, (dense,)) is None
+    assert foldable_input(linear, (dense[0],)) is None  # 2-D: always one product
+    assert foldable_input(linear, (dense[:1, 2:3],)) is not None  # size-1 dims whose strides still fail
+    hooked = foldable_input(linear, (dense[:, -1:],))
+    assert hooked is not None
+    (copied,) = hooked
+    assert copied.stride() == (4, 4, 1)
+    torch.testing.assert_close(copied, dense[:, -1:], rtol=0, atol=0)
