@@ -16,7 +16,8 @@ def foldable_input(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] 
     dims have the strides of a dense tensor, and it checks them even where a dim has size 1. The last
     position of a batch (`hidden[:, -1:]`, what `generate`'s prefill hands the head with `logits_to_keep=1`)
     fails that check, and matmul then expands the weight to `[B, H, V]` and copies it: at a batch of 64,
-    SmolLM2's 49,152 x 576 head in bfloat16 took 6.4 s instead of 9 ms (docs/BENCHMARKS.md, "Regeneration").
+    SmolLM2's 49,152 x 576 head in bfloat16 took 6.4 s instead of 9 ms (docs/BENCHMARKS.md, "The head's copy in
+    generate's prefill").
     A copy of the few input rows costs microseconds; the values are the same products.
     """
     if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() < 3:
