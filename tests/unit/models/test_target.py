@@ -149,11 +149,16 @@ def test_the_head_folds_a_last_position_slice_into_one_product(tiny_random_targe
     assert "aten::bmm" not in _ops(lambda: head(last))
     torch.testing.assert_close(head(last), plain, rtol=0, atol=1e-6)
     assert head(last).shape == (batch, 1, t.vocab_size)
-    full = t.model(input_ids=torch.randint(0, t.vocab_size, (batch, 7)), logits_to_keep=1).logits
-    assert full.shape == (batch, 1, t.vocab_size)
-    assert "aten::bmm" not in _ops(
-        lambda: t.model(input_ids=torch.zeros(batch, 7, dtype=torch.long), logits_to_keep=1)
+    seen = []  # what the head's forward receives, after the hook (pre-hooks run in the order registered)
+    check = head.register_forward_pre_hook(
+        lambda module, args: seen.append((args[0].shape, args[0].stride()))
     )
+    try:
+        logits = t.model(input_ids=torch.randint(0, t.vocab_size, (batch, 7)), logits_to_keep=1).logits
+    finally:
+        check.remove()
+    assert logits.shape == (batch, 1, t.vocab_size)
+    assert seen == [((batch, 1, t.hidden_size), (t.hidden_size, t.hidden_size, 1))]
 
 
 def test_the_head_hook_leaves_dense_inputs_alone():
