@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,16 +115,16 @@ def render_card(
     reports: list[dict[str, Any]],
     exports: dict[str, dict[str, Any]],
     license_id: str,
-    engine: dict[str, Any] | None = None,
+    engines: Sequence[dict[str, Any]] = (),
 ) -> str:
-    """README.md for `repo` (see the module docstring); `engine`: an `engine-eval` report, whose vLLM figures
-    get a section of their own."""
+    """README.md for `repo` (see the module docstring); `engines`: `engine-eval` reports (one per data set),
+    whose vLLM figures get a section of their own."""
     record = family(source["kind"])
     base = source["target"].get("name_or_path", "")
     out = _front_matter(record, base, license_id)
     out += _introduction(repo, record, base, source["config"])
     out += _measured_section(reports)
-    out += _engine_section(engine)
+    out += _engine_section(engines[0]) if len(engines) == 1 else _engine_sets_section(engines)
     out += _drafter_section(source, record, base)
     out += _training_section(source)
     out += _serve_section(repo, exports)
@@ -220,6 +221,42 @@ def _engine_section(report: dict[str, Any] | None) -> list[str]:
     else:
         out += [f"Speedup at depth {settings['depth']}: {_fmt(v['speedup'], 2)}x plain decoding.", ""]
     return out
+
+
+def _engine_sets_section(reports: Sequence[dict[str, Any]]) -> list[str]:
+    """vLLM's measurement on several data sets (`draftsmith engine-eval`, one report each): a row per set with
+    plain decoding's rate, the answers equal to it and the measured speedup at each depth; none without
+    reports."""
+    if not reports:
+        return []
+    depths = sorted({r["depth"] for rep in reports for r in (rep.get("depth_check") or {}).get("rows", [])})
+    first = reports[0]
+    out = [
+        "## Measured in vLLM",
+        "",
+        f"Served by {first['engine']['package']} {first['engine']['version']} (`draftsmith engine-eval`), T = "
+        f"{first['settings']['temperature']}, batch {first['settings']['batch_size']}; speedup against plain "
+        "decoding at each depth vLLM drafted.",
+        "",
+    ]
+    rows = []
+    for rep in reports:
+        v, n = rep["vllm"], rep["answers"]
+        measured = {r["depth"]: r["speedup_measured"] for r in (rep.get("depth_check") or {}).get("rows", [])}
+        if not measured:  # a run at one depth
+            measured = {rep["settings"]["depth"]: v["speedup"]}
+        equal = v.get("speculative_equals_plain")
+        rows.append(
+            [Path(str(rep["settings"]["data"])).name, n, _fmt(v["plain_tokens_per_s"], 1)]
+            + [
+                f"{_fmt(measured[k], 2)}x" if k in measured else "-"
+                for k in depths or [rep["settings"]["depth"]]
+            ]
+            + [f"{equal}/{n}" if equal is not None else "-"]
+        )
+    shown = depths or [reports[0]["settings"]["depth"]]
+    headers = ["data", "answers", "plain tokens/s", *[f"depth {k}" for k in shown], "answers equal to plain"]
+    return out + table(headers, rows) + [""]
 
 
 def _drafter_section(source: dict[str, Any], record: Family, base: str) -> list[str]:

@@ -7,8 +7,9 @@ The uploaded folder is:
 - `engines/<engine>/`: the drafter exported for each engine that serves its kind, every export validated
   against the target first (`draftsmith export`); a distilled draft LM is itself the transformers directory
   engines load, so its root is what they serve;
-- `engine-eval.json` with --engine-report: vLLM's own measurement (`draftsmith engine-eval --report`), which the
-  card states and whose `--depths` check sets the vLLM export's depth;
+- `engine-eval.json` (then `engine-eval-1.json`, ...) with --engine-report: vLLM's own measurement
+  (`draftsmith engine-eval --report`, one per data set), which the card states and whose `--depths` checks set
+  the vLLM export's depth (over several sets, the geometric mean's fastest: `engine-eval-depths.json`);
 - README.md: the model card (YAML metadata: base_model, library_name, tags, license; the tau table and
   per-depth acceptance from the acceptance reports; the recipe and data; copy-paste vLLM / SGLang commands).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import shutil
 import tempfile
@@ -102,22 +104,23 @@ def stage(
     allow_unmeasured: bool = False,
     target: str | None = None,
     target_repo: str | None = None,
-    engine_report: Path | None = None,
+    engine_reports: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Write the folder that `push` uploads into `folder` (must not exist or be empty); returns a summary.
     The target is named by its Hub id everywhere in it (`hub_target`), and no absolute local path remains.
-    `engine_report` (an `engine-eval` report) travels as engine-eval.json, gets the card's vLLM section and,
-    with `--depths`, sets the vLLM export's depth (the one vLLM measured fastest)."""
+    `engine_reports` (`engine-eval` reports, one per data set) travel as engine-eval.json, engine-eval-1.json,
+    ..., get the card's vLLM section and, with `--depths`, set the vLLM export's depth: the one vLLM measured
+    fastest, over several sets the one with the highest geometric-mean speedup (engine-eval-depths.json)."""
     src = Path(ckpt).expanduser()
     source = read_source(src)
     public_target = hub_target(source, target, target_repo)
     files = _report_files(src, reports, allow_unmeasured)
     loaded = read_reports(files, "--eval")
-    engine = read_reports([engine_report], "--engine-report")[0] if engine_report is not None else None
-    if engine is not None and not {"vllm", "engine", "draftsmith"} <= set(engine):
-        raise ValueError(
-            f"--engine-report {engine_report}: not an `engine-eval` report (no vllm/engine keys)"
-        )
+    engines = read_reports(engine_reports, "--engine-report")
+    for path, engine in zip(engine_reports, engines, strict=True):
+        if not {"vllm", "engine", "draftsmith"} <= set(engine):
+            raise ValueError(f"--engine-report {path}: not an `engine-eval` report (no vllm/engine keys)")
+    combined = _combined_depths(engines)
     if folder.exists() and any(folder.iterdir()):
         raise ValueError(f"{folder} is not empty; --dry-run needs a new or empty directory")
     folder.mkdir(parents=True, exist_ok=True)
@@ -125,15 +128,47 @@ def stage(
     if len(loaded) > 1 or files[:1] != [src / "eval.json"]:
         for i, report in enumerate(loaded):  # the reports the card cites travel with it
             write_json(folder / ("eval.json" if i == 0 else f"eval-{i}.json"), report)
-    if engine is not None:
-        write_json(folder / "engine-eval.json", engine)
-    depth_report = engine_report if engine is not None and "depth_check" in engine else None
+    for i, engine in enumerate(engines):
+        write_json(folder / ("engine-eval.json" if i == 0 else f"engine-eval-{i}.json"), engine)
+    depth_report = next((p for p, e in zip(engine_reports, engines, strict=True) if "depth_check" in e), None)
+    if combined is not None:
+        depth_report = folder / "engine-eval-depths.json"
+        write_json(depth_report, combined)
     exports = _export_engines(src, source, folder, target, depth_report or (files[0] if files else None))
     card_source = {**source, "target": {**source["target"], "name_or_path": public_target}}
-    card = render_card(repo, card_source, loaded, exports, license_id, engine)
+    card = render_card(repo, card_source, loaded, exports, license_id, engines)
     write_text(folder / "README.md", card)
     scrub_local_paths(folder, _public_names(target or source["target_name"], public_target))
     return {"folder": str(folder), "engines": list(exports), "reports": len(loaded), "target": public_target}
+
+
+def _combined_depths(engines: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Over several `engine-eval --depths` reports (one per data set), the report the vLLM export takes its
+    depth from: the speedup per depth is the geometric mean of the sets' measured speedups, at the depths every
+    set measured (one set's fastest depth may be another's slowest). None for fewer than two such reports."""
+    measured = [e for e in engines if "depth_check" in e]
+    if len(measured) < 2:
+        return None
+    speedups = [{r["depth"]: r["speedup_measured"] for r in e["depth_check"]["rows"]} for e in measured]
+    shared = sorted(set.intersection(*(set(s) for s in speedups)))
+    if not shared:
+        raise ValueError(
+            "--engine-report: the reports' --depths have no depth in common, so no depth can be compared across "
+            f"them ({', '.join(str(sorted(s)) for s in speedups)}); measure every set at the same --depths"
+        )
+    rows = [
+        {"depth": k, "speedup_measured": math.prod(s[k] for s in speedups) ** (1 / len(speedups))}
+        for k in shared
+    ]
+    return {
+        "settings": measured[0].get("settings", {}),
+        "sets": [Path(str(e["settings"]["data"])).name for e in measured],
+        "depth_check": {
+            "fastest_measured_depth": max(rows, key=lambda r: r["speedup_measured"])["depth"],
+            "rows": rows,
+            "combined": "geometric mean of the measured speedups over the sets",
+        },
+    }
 
 
 def _report_files(src: Path, reports: list[Path] | None, allow_unmeasured: bool) -> list[Path]:
@@ -274,10 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--engine-report",
         type=Path,
-        default=None,
+        action="append",
+        default=[],
         metavar="REPORT",
         help="an `engine-eval --report` file: the card states vLLM's own measurement, and with --depths the "
-        "vLLM export drafts the depth vLLM measured fastest",
+        "vLLM export drafts the depth vLLM measured fastest; repeatable, one per data set (the depth is then "
+        "the fastest on the geometric mean of the sets' speedups)",
     )
     p.add_argument(
         "--dry-run", default=None, metavar="DIR", help="write the folder that would be uploaded; no upload"

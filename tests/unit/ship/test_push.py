@@ -134,7 +134,7 @@ def test_an_engine_eval_report_gives_the_card_vllms_figures_and_the_export_its_f
     engine = tmp_path / "engine.json"
     engine.write_text(json.dumps(engine_eval_report([(1, 1.255, 1.13), (2, 1.31, 1.04), (3, 1.313, 1.08)])))
     out = tmp_path / "upload"
-    stage(ckpt, out, "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_report=engine)
+    stage(ckpt, out, "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_reports=[engine])
     info = json.loads((out / "engines" / "vllm" / "draftsmith_export.json").read_text())
     assert info["speculative_config"]["num_speculative_tokens"] == 1  # vLLM's fastest, not the evaluator's
     card = (out / "README.md").read_text()
@@ -144,11 +144,58 @@ def test_an_engine_eval_report_gives_the_card_vllms_figures_and_the_export_its_f
     assert json.loads((out / "engine-eval.json").read_text())["answers"] == 16
     # without --depths: the card states the one speedup, and the depth comes from the evaluator's report
     engine.write_text(json.dumps(engine_eval_report(None)))
-    stage(ckpt, tmp_path / "one", "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_report=engine)
+    stage(ckpt, tmp_path / "one", "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_reports=[engine])
     assert "Speedup at depth 3: 1.08x plain decoding." in (tmp_path / "one" / "README.md").read_text()
     engine.write_text(json.dumps(REPORT))  # an evaluator report where an engine-eval one belongs
     with pytest.raises(ValueError, match="not an `engine-eval` report"):
-        stage(ckpt, tmp_path / "bad", "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_report=engine)
+        stage(
+            ckpt, tmp_path / "bad", "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_reports=[engine]
+        )
+
+
+def test_engine_reports_of_several_sets_give_a_row_each_and_the_depth_of_the_best_geometric_mean(
+    ckpt, tmp_path
+):
+    sets = {  # data set: (depth, vLLM tau, measured speedup) at depths 1, 2, 3
+        "gsm8k.jsonl": [(1, 1.38, 1.29), (2, 1.56, 1.34), (3, 1.61, 1.20)],
+        "question.jsonl": [(1, 1.31, 1.20), (2, 1.38, 1.10), (3, 1.40, 1.05)],
+        "HumanEval.jsonl.gz": [(1, 1.30, 1.12), (2, 1.36, 1.15), (3, 1.39, 1.03)],
+    }
+    paths = []
+    for name, rows in sets.items():
+        report = engine_eval_report(rows)
+        report["settings"] = {**report["settings"], "data": f"/data/{name}"}
+        paths.append(tmp_path / f"{name}.report.json")
+        paths[-1].write_text(json.dumps(report))
+    out = tmp_path / "upload"
+    stage(ckpt, out, "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_reports=paths)
+    # By hand: depth 1 (1.29 x 1.20 x 1.12)^(1/3) = 1.2013, depth 2 (1.34 x 1.10 x 1.15)^(1/3) = 1.1923, depth 3
+    # 1.0908: depth 1, where two of the three sets alone are fastest at 2.
+    info = json.loads((out / "engines" / "vllm" / "draftsmith_export.json").read_text())
+    assert info["speculative_config"]["num_speculative_tokens"] == 1
+    assert info["speculative_depth"]["report"] == "engine-eval-depths.json"
+    combined = json.loads((out / "engine-eval-depths.json").read_text())["depth_check"]
+    assert [r["speedup_measured"] for r in combined["rows"]] == pytest.approx(
+        [1.2013, 1.1923, 1.0908], abs=1e-4
+    )
+    assert [
+        json.loads((out / f).read_text())["settings"]["data"]
+        for f in ("engine-eval.json", "engine-eval-2.json")
+    ] == ["gsm8k.jsonl", "HumanEval.jsonl.gz"]  # in order, without their local folders
+    card = (out / "README.md").read_text()
+    assert (
+        "| data | answers | plain tokens/s | depth 1 | depth 2 | depth 3 | answers equal to plain |" in card
+    )
+    assert "| gsm8k.jsonl | 16 | 11.3 | 1.29x | 1.34x | 1.20x | 16/16 |" in card
+    assert "| HumanEval.jsonl.gz | 16 | 11.3 | 1.12x | 1.15x | 1.03x | 16/16 |" in card
+    # sets measured at depths with none in common cannot be compared: refused, naming the fix
+    report = engine_eval_report([(5, 1.4, 0.9)])
+    paths[1].write_text(json.dumps(report))
+    with pytest.raises(ValueError, match="no depth in common"):
+        stage(
+            ckpt, tmp_path / "apart", "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_reports=paths
+        )
+    assert not (tmp_path / "apart").exists()  # refused before anything is written
 
 
 def test_base_model_metadata_for_a_hub_target(ckpt, target, tmp_path):
