@@ -19,6 +19,8 @@ from draftsmith.models.families import Family, family
 from draftsmith.runtime.display import fmt_value as _fmt
 from draftsmith.runtime.display import table
 
+from .serve_depth import combined_depths
+
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # The tau table's columns: what a report was measured under, then what it measured.
@@ -256,7 +258,17 @@ def _engine_sets_section(reports: Sequence[dict[str, Any]]) -> list[str]:
         )
     shown = depths or [reports[0]["settings"]["depth"]]
     headers = ["data", "answers", "plain tokens/s", *[f"depth {k}" for k in shown], "answers equal to plain"]
-    return out + table(headers, rows) + [""]
+    out += table(headers, rows) + [""]
+    combined = combined_depths(reports)
+    if combined is not None:
+        check = combined["depth_check"]
+        best = next(r for r in check["rows"] if r["depth"] == check["fastest_measured_depth"])
+        out += [
+            f"Fastest depth over the {len(combined['sets'])} sets (geometric mean of their speedups): "
+            f"{best['depth']}, {_fmt(best['speedup_measured'], 2)}x plain decoding (what the vLLM export drafts).",
+            "",
+        ]
+    return out
 
 
 def _drafter_section(source: dict[str, Any], record: Family, base: str) -> list[str]:

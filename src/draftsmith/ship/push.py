@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import shutil
 import tempfile
@@ -39,6 +38,7 @@ from .export import export, read_source
 from .layouts.target_info import TargetInfo
 from .model_card import HUB_ID, render_card
 from .reports import read_reports, report_files
+from .serve_depth import combined_depths
 
 ENGINE_FOLDER = "engines"
 
@@ -120,7 +120,7 @@ def stage(
     for path, engine in zip(engine_reports, engines, strict=True):
         if not {"vllm", "engine", "draftsmith"} <= set(engine):
             raise ValueError(f"--engine-report {path}: not an `engine-eval` report (no vllm/engine keys)")
-    combined = _combined_depths(engines)
+    combined = combined_depths(engines)
     if folder.exists() and any(folder.iterdir()):
         raise ValueError(f"{folder} is not empty; --dry-run needs a new or empty directory")
     folder.mkdir(parents=True, exist_ok=True)
@@ -140,35 +140,6 @@ def stage(
     write_text(folder / "README.md", card)
     scrub_local_paths(folder, _public_names(target or source["target_name"], public_target))
     return {"folder": str(folder), "engines": list(exports), "reports": len(loaded), "target": public_target}
-
-
-def _combined_depths(engines: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Over several `engine-eval --depths` reports (one per data set), the report the vLLM export takes its
-    depth from: the speedup per depth is the geometric mean of the sets' measured speedups, at the depths every
-    set measured (one set's fastest depth may be another's slowest). None for fewer than two such reports."""
-    measured = [e for e in engines if "depth_check" in e]
-    if len(measured) < 2:
-        return None
-    speedups = [{r["depth"]: r["speedup_measured"] for r in e["depth_check"]["rows"]} for e in measured]
-    shared = sorted(set.intersection(*(set(s) for s in speedups)))
-    if not shared:
-        raise ValueError(
-            "--engine-report: the reports' --depths have no depth in common, so no depth can be compared across "
-            f"them ({', '.join(str(sorted(s)) for s in speedups)}); measure every set at the same --depths"
-        )
-    rows = [
-        {"depth": k, "speedup_measured": math.prod(s[k] for s in speedups) ** (1 / len(speedups))}
-        for k in shared
-    ]
-    return {
-        "settings": measured[0].get("settings", {}),
-        "sets": [Path(str(e["settings"]["data"])).name for e in measured],
-        "depth_check": {
-            "fastest_measured_depth": max(rows, key=lambda r: r["speedup_measured"])["depth"],
-            "rows": rows,
-            "combined": "geometric mean of the measured speedups over the sets",
-        },
-    }
 
 
 def _report_files(src: Path, reports: list[Path] | None, allow_unmeasured: bool) -> list[Path]:

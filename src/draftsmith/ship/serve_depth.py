@@ -7,6 +7,8 @@ in draftsmith_export.json (`speculative_depth`) with the reason `draftsmith expo
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +191,32 @@ def _off_warning(measured: dict[str, Any], path: str | None) -> str:
         f"the measured costs in {path}{where} say speculation does not pay: no draft depth beats plain "
         f"decoding{shown}; the drafter is exported anyway"
     )
+
+
+def combined_depths(engines: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Over several `engine-eval --depths` reports (one per data set), the report the vLLM export takes its
+    depth from: the speedup per depth is the geometric mean of the sets' measured speedups, at the depths every
+    set measured (one set's fastest depth may be another's slowest). None for fewer than two such reports."""
+    measured = [e for e in engines if "depth_check" in e]
+    if len(measured) < 2:
+        return None
+    speedups = [{r["depth"]: r["speedup_measured"] for r in e["depth_check"]["rows"]} for e in measured]
+    shared = sorted(set.intersection(*(set(s) for s in speedups)))
+    if not shared:
+        raise ValueError(
+            "--engine-report: the reports' --depths have no depth in common, so no depth can be compared across "
+            f"them ({', '.join(str(sorted(s)) for s in speedups)}); measure every set at the same --depths"
+        )
+    rows = [
+        {"depth": k, "speedup_measured": math.prod(s[k] for s in speedups) ** (1 / len(speedups))}
+        for k in shared
+    ]
+    return {
+        "settings": measured[0].get("settings", {}),
+        "sets": [Path(str(e["settings"]["data"])).name for e in measured],
+        "depth_check": {
+            "fastest_measured_depth": max(rows, key=lambda r: r["speedup_measured"])["depth"],
+            "rows": rows,
+            "combined": "geometric mean of the measured speedups over the sets",
+        },
+    }
