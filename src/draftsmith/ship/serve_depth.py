@@ -2,7 +2,8 @@
 the depth a report recommends, else the layout's default. A report is the evaluator's (its `recommended_depth`:
 ALGORITHMS.md 9.8) or `engine-eval --depths`'s (the depth measured fastest in vLLM itself, `depth_check`).
 The choice is set in the export's speculative config, its serve commands and a speculators config, and recorded
-in draftsmith_export.json (`speculative_depth`) with the reason `draftsmith export` prints."""
+in draftsmith_export.json (`speculative_depth`) with the reason `draftsmith export` prints. Over several data
+sets' `engine-eval --depths` reports, `combined_depths` makes the one report the depth is read from."""
 
 from __future__ import annotations
 
@@ -200,7 +201,10 @@ def combined_depths(engines: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     measured = [e for e in engines if "depth_check" in e]
     if len(measured) < 2:
         return None
-    speedups = [{r["depth"]: r["speedup_measured"] for r in e["depth_check"]["rows"]} for e in measured]
+    speedups = [  # a depth whose run measured no speedup is not a depth that set measured
+        {r["depth"]: r["speedup_measured"] for r in e["depth_check"]["rows"] if r.get("speedup_measured")}
+        for e in measured
+    ]
     shared = sorted(set.intersection(*(set(s) for s in speedups)))
     if not shared:
         raise ValueError(
