@@ -42,7 +42,8 @@ def main() -> int:
     from draftsmith.scripts.data.regenerate_local import generate_batch, length_batches
 
     convs = read_conversations(args.data)
-    batch = length_batches(convs, args.batch, set())[1]
+    batches = length_batches(convs, args.batch, set())
+    batch = batches[min(1, len(batches) - 1)]  # the second, as the table used (the only one of a small set)
     sampling = Sampling(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=args.max_new_tokens, seed=0)
     for dtype in args.dtypes.split(","):
         target = FrozenTarget.load(TargetConfig(path=args.target, dtype=dtype))
