@@ -19,7 +19,7 @@ from draftsmith.models.families import Family, family
 from draftsmith.runtime.display import fmt_value as _fmt
 from draftsmith.runtime.display import table
 
-from .serve_depth import combined_depths
+from .serve_depth import combined_depths, measured_speedups
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -193,11 +193,9 @@ def _measured_section(reports: list[dict[str, Any]]) -> list[str]:
     return out + [f"Versions and device: {versions_line(reports)}.", ""]
 
 
-def _engine_section(report: dict[str, Any] | None) -> list[str]:
+def _engine_section(report: dict[str, Any]) -> list[str]:
     """vLLM's own measurement (`draftsmith engine-eval`): its tau next to the evaluator's, the answers equal to
     plain decoding, and the speedup at each depth it decoded (`--depths`), or at the run's one depth."""
-    if report is None:
-        return []
     v, settings, n = report["vllm"], report["settings"], report["answers"]
     equal = v.get("speculative_equals_plain")
     out = [
@@ -231,7 +229,6 @@ def _engine_sets_section(reports: Sequence[dict[str, Any]]) -> list[str]:
     reports."""
     if not reports:
         return []
-    depths = sorted({r["depth"] for rep in reports for r in (rep.get("depth_check") or {}).get("rows", [])})
     first = reports[0]
     out = [
         "## Measured in vLLM",
@@ -241,23 +238,20 @@ def _engine_sets_section(reports: Sequence[dict[str, Any]]) -> list[str]:
         "decoding at each depth vLLM drafted.",
         "",
     ]
+    # each set's speedup per depth: its --depths runs, else its one run at the evaluator's depth
+    speedups = [
+        measured_speedups(rep) or {rep["settings"]["depth"]: rep["vllm"]["speedup"]} for rep in reports
+    ]
+    depths = sorted(set().union(*speedups))
     rows = []
-    for rep in reports:
-        v, n = rep["vllm"], rep["answers"]
-        measured = {r["depth"]: r["speedup_measured"] for r in (rep.get("depth_check") or {}).get("rows", [])}
-        if not measured:  # a run at one depth
-            measured = {rep["settings"]["depth"]: v["speedup"]}
-        equal = v.get("speculative_equals_plain")
+    for rep, measured in zip(reports, speedups, strict=True):
+        n, equal = rep["answers"], rep["vllm"].get("speculative_equals_plain")
         rows.append(
-            [Path(str(rep["settings"]["data"])).name, n, _fmt(v["plain_tokens_per_s"], 1)]
-            + [
-                f"{_fmt(measured[k], 2)}x" if k in measured else "-"
-                for k in depths or [rep["settings"]["depth"]]
-            ]
+            [Path(str(rep["settings"]["data"])).name, n, _fmt(rep["vllm"]["plain_tokens_per_s"], 1)]
+            + [f"{_fmt(measured[k], 2)}x" if k in measured else "-" for k in depths]
             + [f"{equal}/{n}" if equal is not None else "-"]
         )
-    shown = depths or [reports[0]["settings"]["depth"]]
-    headers = ["data", "answers", "plain tokens/s", *[f"depth {k}" for k in shown], "answers equal to plain"]
+    headers = ["data", "answers", "plain tokens/s", *[f"depth {k}" for k in depths], "answers equal to plain"]
     out += table(headers, rows) + [""]
     combined = combined_depths(reports)
     if combined is not None:

@@ -135,7 +135,7 @@ def recommendation(report: dict[str, Any]) -> dict[str, Any]:
     speedups, the fastest depth recommended (0 when none beat plain decoding); an evaluator report's are its
     own."""
     check = report.get("depth_check") or {}
-    speedups = {r["depth"]: r["speedup_measured"] for r in check.get("rows", []) if r.get("speedup_measured")}
+    speedups = measured_speedups(report)
     fastest = check.get("fastest_measured_depth")
     if fastest not in speedups:
         return {**report, "recommended_by": "recommends"}
@@ -194,6 +194,13 @@ def _off_warning(measured: dict[str, Any], path: str | None) -> str:
     )
 
 
+def measured_speedups(report: dict[str, Any]) -> dict[int, float]:
+    """Depth -> the speedup vLLM measured there, from an `engine-eval --depths` report (empty without one); a
+    depth whose run measured no speedup is left out."""
+    rows = (report.get("depth_check") or {}).get("rows", [])
+    return {r["depth"]: r["speedup_measured"] for r in rows if r.get("speedup_measured")}
+
+
 def combined_depths(engines: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """Over several `engine-eval --depths` reports (one per data set), the report the vLLM export takes its
     depth from: the speedup per depth is the geometric mean of the sets' measured speedups, at the depths every
@@ -201,10 +208,7 @@ def combined_depths(engines: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     measured = [e for e in engines if "depth_check" in e]
     if len(measured) < 2:
         return None
-    speedups = [  # a depth whose run measured no speedup is not a depth that set measured
-        {r["depth"]: r["speedup_measured"] for r in e["depth_check"]["rows"] if r.get("speedup_measured")}
-        for e in measured
-    ]
+    speedups = [measured_speedups(e) for e in measured]
     shared = sorted(set.intersection(*(set(s) for s in speedups)))
     if not shared:
         raise ValueError(
