@@ -17,6 +17,7 @@ import argparse
 import statistics
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -33,23 +34,13 @@ def main() -> int:
     )
     args = p.parse_args()
 
-    from transformers import GenerationConfig
-
-    from draftsmith.data.chat_render import render_prompt
-    from draftsmith.data.conversations import prompt_turns, read_conversations
     from draftsmith.data.regen_output import Sampling
-    from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
-    from draftsmith.scripts.data.regenerate_local import generate_batch, length_batches
+    from draftsmith.scripts.data.regenerate_local import generate_batch
 
-    convs = read_conversations(args.data)
-    batches = length_batches(convs, args.batch, set())
-    batch = batches[min(1, len(batches) - 1)]  # the second, as the table used (the only one of a small set)
     sampling = Sampling(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=args.max_new_tokens, seed=0)
     for dtype in args.dtypes.split(","):
-        target = FrozenTarget.load(TargetConfig(path=args.target, dtype=dtype))
-        target.model.generation_config = GenerationConfig()
-        tok, stop = target.tokenizer, stop_token_ids(target)
-        prompts = [render_prompt(tok, prompt_turns(convs[i])[0], convs[i].tools) for i in batch]
+        target, prompts, stop = quickstart_batch(args.target, dtype, args.data, args.batch)
+        tok = target.tokenizer
         width = max(len(q) for q in prompts)
         head = target.model.get_output_embeddings()
         hooks = dict(head._forward_pre_hooks)  # the fix, put back and taken out in turn
@@ -78,6 +69,28 @@ def main() -> int:
         same = sum(a == b for a, b in zip(answers[True], answers[False], strict=True))
         print(f"{dtype}: identical answers {same} of {len(prompts)}", flush=True)
     return 0
+
+
+def quickstart_batch(
+    target_dir: str, dtype: str, data: str, size: int
+) -> tuple[Any, list[list[int]], set[int]]:
+    """`(target, prompts, stop ids)`: the target in `dtype` as `data regenerate --target` loads it, and the
+    rendered first turns of the second length-sorted batch of `size` that it would cut from `data` (the only
+    one of a small set)."""
+    from transformers import GenerationConfig
+
+    from draftsmith.data.chat_render import render_prompt
+    from draftsmith.data.conversations import prompt_turns, read_conversations
+    from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
+    from draftsmith.scripts.data.regenerate_local import length_batches
+
+    convs = read_conversations(data)
+    batches = length_batches(convs, size, set())
+    batch = batches[min(1, len(batches) - 1)]
+    target = FrozenTarget.load(TargetConfig(path=target_dir, dtype=dtype))  # type: ignore[arg-type]  # --dtypes
+    target.model.generation_config = GenerationConfig()
+    prompts = [render_prompt(target.tokenizer, prompt_turns(convs[i])[0], convs[i].tools) for i in batch]
+    return target, prompts, stop_token_ids(target)
 
 
 if __name__ == "__main__":

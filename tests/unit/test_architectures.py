@@ -152,6 +152,37 @@ def test_t0_decoding_is_lossless_with_rollback_on_every_architecture(arch, targe
                 assert all(s.accepted == s.depth for s in out.steps[:-1]), (kind, tree)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_batched_answers_with_the_growing_cache_are_generates_own(arch, targets, tokenizer):
+    """`data regenerate --target` answers a left-padded batch with a cache that appends in place
+    (models/growing_cache.py): the same tokens and scores as `generate` with transformers' own cache, sliding
+    windows (prompts longer than 8 tokens), MLA, MoE and linear-attention layers included."""
+    from draftsmith.runtime.tokens import left_pad
+    from draftsmith.scripts.data.regenerate_local import answer_cache
+
+    model = targets(arch).model
+    ids, mask = left_pad([_prompt(tokenizer)[:n] for n in (20, 13, 9)], 0)
+    mine = answer_cache(model, ids.shape[1] + 12)
+    assert mine, f"{arch}: no growing cache"
+    runs = [
+        model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=12,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=None,
+            output_scores=True,
+            return_dict_in_generate=True,
+            **cache,
+        )
+        for cache in ({}, mine)
+    ]
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    for theirs, ours in zip(runs[0].scores, runs[1].scores, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("arch", ["llama", "gemma2", "gpt_oss", "deepseek_v3", "mixtral"])
 def test_t0_decoding_is_lossless_with_an_fp8_kv_cache(arch, targets, tokenizer):
     """`--kv-cache fp8` (keys and values in float8, per-tensor scale): speculative decoding equals plain greedy
