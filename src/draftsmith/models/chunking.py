@@ -47,7 +47,12 @@ def chunk_positions(batch_size: int, tokens: int = LOSS_CHUNK_TOKENS) -> int:
     return max(1, tokens // max(1, batch_size))
 
 
-def chunked_loss(fn: Callable[..., ChunkResult], inputs: Sequence[torch.Tensor], chunk: int) -> ChunkResult:
+def chunked_loss(
+    fn: Callable[..., ChunkResult],
+    inputs: Sequence[torch.Tensor],
+    chunk: int,
+    keep: torch.Tensor | None = None,
+) -> ChunkResult:
     """`fn` over sequence chunks of `chunk` positions, summed: the loss of a vocabulary-sized head without
     its `[B, T, V]` logits.
 
@@ -60,12 +65,20 @@ def chunked_loss(fn: Callable[..., ChunkResult], inputs: Sequence[torch.Tensor],
             it may skip its metrics when `recomputing()` (the outputs of a recomputation are discarded).
         inputs: `[B, T, ...]` tensors, sliced along dim 1 (features, labels, masks aligned column by column).
         chunk: positions per chunk (see `chunk_positions`).
+        keep: `[B, T]` bool, the positions whose loss can be non-zero (those in some mask), or None for all.
+            Only these positions reach `fn`, packed into one row `[1, N, ...]` in their order, `chunk * B` of
+            them per chunk (the same tokens per chunk). For an `fn` that treats every position on its own (its
+            inputs carry everything a position needs), the result is the same as without `keep`, while the
+            prompt and padding positions of a chat batch (a third of the quickstart's) cost no vocabulary-sized
+            products.
 
     Returns:
         The sums over chunks of fn's `(sums, counts, metrics)`.
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1 position, got {chunk}")
+    if keep is not None:
+        inputs, chunk = pack_positions(inputs, keep), chunk * keep.shape[0]
     total: ChunkResult | None = None
     for start in range(0, inputs[0].shape[1], chunk):
         parts = [x[:, start : start + chunk] for x in inputs]
@@ -82,6 +95,17 @@ def chunked_loss(fn: Callable[..., ChunkResult], inputs: Sequence[torch.Tensor],
     if total is None:
         raise ValueError("chunked_loss got an empty sequence")
     return total
+
+
+def pack_positions(inputs: Sequence[torch.Tensor], keep: torch.Tensor) -> list[torch.Tensor]:
+    """The positions where `keep [B, T]` is set, of every input `[B, T, ...]`, as one row `[1, N, ...]` (N >= 1:
+    with nothing kept, the first position stands in, so `fn` still runs and its masked sums are zero)."""
+    if keep.shape != inputs[0].shape[:2]:
+        raise ValueError(f"keep is {tuple(keep.shape)}, the inputs' positions {tuple(inputs[0].shape[:2])}")
+    if not bool(keep.any()):
+        keep = torch.zeros_like(keep)
+        keep.view(-1)[0] = True
+    return [x[keep].unsqueeze(0) for x in inputs]
 
 
 @torch.no_grad()

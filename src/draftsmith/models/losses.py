@@ -15,6 +15,17 @@ import torch.utils.checkpoint
 from .chunking import ChunkResult, recomputing
 
 
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-token cross-entropy `[...]` of `logits [..., V]` on `labels [...]`, in float32.
+
+    Over rows of the flattened logits, not `cross_entropy(logits.transpose(1, 2), ...)`: the transposed form
+    runs the log-softmax across a strided dimension and hands the head's backward a strided gradient, and on a
+    CPU the vocabulary-sized products of that backward ran 3x slower than the forward's
+    (docs/BENCHMARKS.md, "Training on the positions that train")."""
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
+    return ce.view(labels.shape)
+
+
 def shift_columns(x: torch.Tensor, k: int) -> torch.Tensor:
     """`x[:, t] <- x[:, t + k]` `[B, T, ...]`, zeros in the last k columns (all of them when k >= T)."""
     if k == 0:
@@ -60,7 +71,7 @@ def medusa_head_loss(
         columns (left at 0 while `recomputing()`).
     """
     lg = logits.float()
-    ce = F.cross_entropy(lg.transpose(1, 2), labels, reduction="none")  # [B, c]
+    ce = token_cross_entropy(lg, labels)  # [B, c]
     top1, top5 = medusa_hits(lg, labels, mask)
     loss = (ce * (mask if weights is None else weights)).sum().reshape(1)
     return loss, mask.sum().float().reshape(1), {"top1": top1, "top5": top5}

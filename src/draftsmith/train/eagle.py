@@ -172,7 +172,8 @@ class EagleMethod(TrainingMethod):
             m = eagle1_mask(masks[0])
             inputs = (predicted, shift_left(f), m)
             weights = self._weights(draft, [predicted], [shift_left(f)], [m], chunk)[0]
-            sums, _, metrics = chunked_loss(eagle1_chunk(draft, head, objective), (*inputs, weights), chunk)
+            fn = eagle1_chunk(draft, head, objective)
+            sums, _, metrics = chunked_loss(fn, (*inputs, weights), chunk, keep=m)
             return sums, metrics
         g = torch.cat([feats[i] for i in self.feature_layers], dim=-1)
         hidden = model(g, ids)  # one [B, T, H] per TTT step; the logits are computed per chunk
@@ -182,8 +183,11 @@ class EagleMethod(TrainingMethod):
                 labels = torch.stack([top1_labels(feats[TOP1], s) for s in range(S)], -1)  # [B, T, S]
             else:
                 labels = torch.stack([data_labels(batch, s) for s in range(S)], -1)
-            inputs = (*hidden, labels.clamp(min=0), torch.stack(masks, -1))
-            sums, _, metrics = chunked_loss(eagle3_data_chunk(draft), inputs, max(1, chunk // S))
+            stacked = torch.stack(masks, -1)
+            inputs = (*hidden, labels.clamp(min=0), stacked)
+            # only the columns some step trains reach the head (not the prompt's, not the padding)
+            fn = eagle3_data_chunk(draft)
+            sums, _, metrics = chunked_loss(fn, inputs, max(1, chunk // S), keep=stacked.any(-1))
             return sums, metrics
         # Step s's soft label at column t is the target's distribution at position t+s+1 (zeros past the end).
         # `windows[:, t, :, s]` is that state: a strided view of one zero-padded copy of `final`, so a chunk of

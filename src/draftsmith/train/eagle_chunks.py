@@ -9,12 +9,16 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from draftsmith.models.chunking import ChunkResult, recomputing
 from draftsmith.models.eagle import Eagle1Draft
 from draftsmith.models.eagle3 import Eagle3Draft
-from draftsmith.models.losses import eagle1_chunk_loss, eagle1_regression, eagle3_step_loss
+from draftsmith.models.losses import (
+    eagle1_chunk_loss,
+    eagle1_regression,
+    eagle3_step_loss,
+    token_cross_entropy,
+)
 from draftsmith.models.objectives import ObjectiveConfig, acceptance_sum, masked_objective
 
 
@@ -35,9 +39,7 @@ def argmax_ce(draft: Any, head: Callable[[torch.Tensor], torch.Tensor]) -> Calla
 
     def fn(hidden: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
         target, kept = target_view(draft, head(final))
-        ce = F.cross_entropy(
-            draft.logits(hidden).float().transpose(1, 2), target.argmax(-1), reduction="none"
-        )
+        ce = token_cross_entropy(draft.logits(hidden), target.argmax(-1))
         return torch.stack([ce, kept.float()], dim=-1)
 
     return fn
@@ -167,7 +169,7 @@ def eagle3_data_chunk(draft: Eagle3Draft) -> Callable[..., ChunkResult]:
             kept = (mask & t2d[label]).float()
             target = to_draft[label].clamp(min=0)
             logits = draft.logits(h).float()
-            ce = F.cross_entropy(logits.transpose(1, 2), target, reduction="none")
+            ce = token_cross_entropy(logits, target)
             sums.append((ce * kept).sum().reshape(1))
             counts.append(mask.sum().float().reshape(1))
             if recomputing():

@@ -35,6 +35,7 @@ from draftsmith.models.losses import (
     medusa_targets,
     medusa_token_counts,
     shift_columns,
+    token_cross_entropy,
 )
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.medusa2 import ADAPTER_DIR, Medusa2Config, Medusa2Model
@@ -124,6 +125,7 @@ class MedusaMethod(TrainingMethod):
                 _head_loss(heads, k, self.target.head, self.objective),
                 (trunks[k], labels[k], masks[k], final[:, k + 1 : k + 1 + T], weights[k]),
                 chunk,
+                keep=masks[k],  # the head's vocabulary-sized product only where it trains
             )
             for k in range(K)
         ]
@@ -138,7 +140,7 @@ def _head_ce(heads: MedusaHeads, k: int) -> Callable[..., torch.Tensor]:
     """Head k's (0-based) cross-entropy per column `[B, c]` on one chunk (D-PACE's confidence; no gradient)."""
 
     def fn(trunk: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(heads.project(trunk, k).float().transpose(1, 2), labels, reduction="none")
+        return token_cross_entropy(heads.project(trunk, k), labels)
 
     return fn
 
@@ -242,7 +244,7 @@ class Medusa2Method(TrainingMethod):
         weights = masks.float()
         if self.objective.weighting == "dpace":
             with torch.no_grad():
-                ce = F.cross_entropy(heads.float().permute(0, 3, 1, 2), labels, reduction="none")  # [K, B, T]
+                ce = token_cross_entropy(heads, labels)  # [K, B, T]
             weights = chain_weights(ce, masks, self.objective.dpace_alpha)
         terms = [
             head_terms(

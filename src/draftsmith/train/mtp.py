@@ -29,7 +29,7 @@ from draftsmith.models.chunking import (
     chunked_loss,
     recomputing,
 )
-from draftsmith.models.losses import mtp_depth_loss, mtp_hits
+from draftsmith.models.losses import mtp_depth_loss, mtp_hits, token_cross_entropy
 from draftsmith.models.mtp import MTPConfig, MTPDraft, shift_tokens
 from draftsmith.models.objectives import (
     ObjectiveConfig,
@@ -118,6 +118,7 @@ class MTPMethod(TrainingMethod):
                 _depth_chunk(draft, k, self.target.head, self.objective),
                 (h, labels[k - 1], m, shift_tokens(greedy, k), final[:, k : k + T], weights[k - 1]),
                 chunk,
+                keep=m,  # the vocabulary-sized products only where the module trains
             )
             for k, (h, m) in enumerate(zip(outputs, masks, strict=True), start=1)
         ]
@@ -139,7 +140,7 @@ def _depth_ce(draft: MTPDraft, k: int) -> Callable[..., torch.Tensor]:
     """Module k's cross-entropy per column `[B, c]` on the data's tokens (D-PACE's confidence; no gradient)."""
 
     def fn(hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(draft.logits(k, hidden).float().transpose(1, 2), labels, reduction="none")
+        return token_cross_entropy(draft.logits(k, hidden), labels)
 
     return fn
 

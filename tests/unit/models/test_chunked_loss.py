@@ -9,7 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from draftsmith.models.chunking import ChunkResult, chunk_positions, chunked_argmax, chunked_loss, recomputing
+from draftsmith.models.chunking import (
+    ChunkResult,
+    chunk_positions,
+    chunked_argmax,
+    chunked_loss,
+    pack_positions,
+    recomputing,
+)
 from draftsmith.models.losses import shift_columns
 
 B, T, H, V = 2, 11, 6, 37
@@ -53,6 +60,47 @@ def test_chunked_sums_and_gradients_equal_the_one_shot_loss(chunk):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6 * float(want.abs().max()))
     n = -(-T // chunk)
     assert calls == [False] * n + [True] * n  # each chunk ran once forward and once recomputed for backward
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 100])
+def test_kept_positions_alone_give_the_same_loss_gradients_and_metrics(chunk):
+    """`keep`: only the masked positions reach fn, packed into one row, and the sums, counts, top-1 and
+    gradients are the one-shot loss's over every position."""
+    head, hidden, labels, mask = head_and_inputs()
+    logits = head(hidden)
+    ref = (F.cross_entropy(logits.transpose(1, 2), labels, reduction="none") * mask).sum()
+    ref_grads = torch.autograd.grad(ref, [hidden, head.weight])
+    seen: list[tuple[int, ...]] = []
+    inner = ce_chunk(head, [])
+
+    def fn(h: torch.Tensor, lab: torch.Tensor, m: torch.Tensor) -> ChunkResult:
+        if not recomputing():
+            seen.append(tuple(h.shape))
+        return inner(h, lab, m)
+
+    sums, counts, metrics = chunked_loss(fn, (hidden, labels, mask), chunk, keep=mask)
+    grads = torch.autograd.grad(sums.sum(), [hidden, head.weight])
+    torch.testing.assert_close(sums[0], ref, rtol=1e-6, atol=0)
+    assert float(counts[0]) == float(mask.sum())
+    assert float(metrics["top1"][0]) == float(((logits.argmax(-1) == labels) & mask).sum())
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6 * float(want.abs().max()))
+    n = int(mask.sum())
+    assert all(shape[0] == 1 and shape[1] <= chunk * B for shape in seen)  # one row, chunk * B per chunk
+    assert sum(shape[1] for shape in seen) == n < B * T
+
+
+def test_packing_keeps_order_and_runs_fn_when_nothing_is_kept():
+    x = torch.arange(12).reshape(2, 6)
+    keep = torch.tensor([[0, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 1]], dtype=torch.bool)
+    assert [t.tolist() for t in pack_positions([x, x * 10], keep)] == [[[1, 2, 6, 11]], [[10, 20, 60, 110]]]
+    head, hidden, labels, _ = head_and_inputs()
+    nothing = torch.zeros(B, T, dtype=torch.bool)
+    sums, counts, _ = chunked_loss(ce_chunk(head, []), (hidden, labels, nothing), 4, keep=nothing)
+    assert float(sums[0]) == 0.0 and float(counts[0]) == 0.0
+    assert float(torch.autograd.grad(sums.sum(), hidden)[0].abs().sum()) == 0.0
+    with pytest.raises(ValueError, match="keep is"):
+        pack_positions([x], keep[:, :3])
 
 
 def test_no_vocabulary_sized_tensor_is_kept_for_backward():
