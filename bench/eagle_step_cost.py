@@ -120,9 +120,13 @@ def run_steps(
     parts = variant.split("+")
     if "keep" in parts:
         import draftsmith.train.eagle as eagle
+        from draftsmith.models.chunking import pack_positions
 
-        # the whole loss at once, kept for backward
-        eagle.chunked_loss = lambda fn, inputs, chunk: fn(*inputs)
+        def whole_loss(fn, inputs, chunk, keep=None):
+            """The whole loss at once (on the trained positions, as chunked_loss), kept for backward."""
+            return fn(*(inputs if keep is None else pack_positions(inputs, keep)))
+
+        eagle.chunked_loss = whole_loss
     sys.argv = [
         "eagle", "--config", recipe, f"target.path={target}", f"data.train=[{','.join(data)}]",
         f"train.max_steps={steps}", "log.every=1", "eval.every=0", "data.eval_max_samples=1", f"output_dir={out}",
