@@ -84,6 +84,18 @@ def test_logits_and_features_are_the_models_own(arch, targets):
         torch.testing.assert_close(feats[i], own.hidden_states[i], rtol=0, atol=1e-6)
     torch.testing.assert_close(feats["final"], own.hidden_states[L], rtol=0, atol=1e-6)
     torch.testing.assert_close(logits, own.logits, rtol=0, atol=1e-5)
+    # features alone: the forward ends at the deepest tap, the last layer never runs, the values are the same
+    ran: list[int] = []
+    handle = target.decoder.layers[L - 1].register_forward_hook(lambda *_: ran.append(1))
+    try:
+        taps, none = target.forward(ids, layer_ids=[L - 1, 0])
+        assert none is None and not ran
+        for i in (0, L - 1):
+            torch.testing.assert_close(taps[i], own.hidden_states[i], rtol=0, atol=1e-6)
+        target.forward(ids, layer_ids=[0, "final"])
+        assert ran  # the decoder's output wanted: every layer runs
+    finally:
+        handle.remove()
 
 
 def test_a_target_whose_logits_draftsmith_cannot_reproduce_is_refused(tokenizer, monkeypatch):

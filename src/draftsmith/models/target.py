@@ -233,12 +233,16 @@ class FrozenTarget:
                 "cache), so it cannot run a forward pass; this step needs the live target"
             )
         captured: dict[LayerId, torch.Tensor] = {}
+        taps = [lid for lid in layer_ids if isinstance(lid, int)]  # "final" and "top1": the decoder's output
+        # Features alone, without a cache to fill: the layers past the deepest tap are skipped (EAGLE-3's taps
+        # 2, L//2 and L-3 leave 3 of L layers and the norm unrun in a cache build or an online step).
+        output_needed = return_logits or past_key_values is not None or len(taps) < len(layer_ids)
+        last = None if output_needed or not taps else max(taps)
         handles = []
-        for lid in layer_ids:
-            if lid in ("final", TOP1):
-                continue  # the decoder's own output
+        for lid in taps:
             module = self.decoder.norm if lid == self.num_layers else self.decoder.layers[lid]
-            handles.append(module.register_forward_pre_hook(_capture_input(captured, lid), with_kwargs=True))
+            hook = _capture_input(captured, lid, stop=lid == last)
+            handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
         try:
             out = self.decoder(
                 input_ids=input_ids,
@@ -247,6 +251,8 @@ class FrozenTarget:
                 **with_cache(self.decoder, past_key_values),
                 use_cache=past_key_values is not None,
             )
+        except _AllCaptured:
+            return {lid: captured[lid] for lid in layer_ids}, None
         finally:
             for h in handles:
                 h.remove()
@@ -366,11 +372,18 @@ def _quiet_unused_weights(enabled: bool) -> Iterator[None]:
         hf_logging.set_verbosity(level)
 
 
-def _capture_input(store: dict[LayerId, torch.Tensor], lid: LayerId) -> Any:
-    """A pre-hook that stores the module's input hidden states (positional or keyword) under `lid`."""
+class _AllCaptured(Exception):
+    """Raised by the deepest tap's hook when nothing after it is needed: it ends the decoder's forward there."""
+
+
+def _capture_input(store: dict[LayerId, torch.Tensor], lid: LayerId, stop: bool = False) -> Any:
+    """A pre-hook that stores the module's input hidden states (positional or keyword) under `lid`, then with
+    `stop` ends the forward (`_AllCaptured`)."""
 
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         store[lid] = args[0] if args else kwargs["hidden_states"]
+        if stop:
+            raise _AllCaptured
 
     return hook
 
