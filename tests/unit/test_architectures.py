@@ -94,7 +94,12 @@ def test_logits_and_features_are_the_models_own(arch, targets):
             torch.testing.assert_close(taps[i], own.hidden_states[i], rtol=0, atol=1e-6)
         target.forward(ids, layer_ids=[0, "final"])
         assert ran  # the decoder's output wanted: every layer runs
+        ran.clear()
+        target.sharded = True  # FSDP / ZeRO-3's hooks must see every layer's forward end
+        target.forward(ids, layer_ids=[0])
+        assert ran
     finally:
+        target.sharded = False
         handle.remove()
 
 

@@ -110,6 +110,9 @@ class FrozenTarget:
             )
         # False when loaded for offline training (embedding, norm and head only): forward() then refuses.
         self.has_layers = len(self.decoder.layers) == self.num_layers
+        # Set when FSDP / ZeRO-3 shard the layers (train/core/entry.py): a forward then runs every layer, since
+        # ending it inside a layer's hooks would skip the engine's own hooks that free the gathered weights.
+        self.sharded = False
         # generate's prefill hands the head a last-position slice, which costs a copy of the whole head per row
         # without this (target_parts.foldable_input).
         self.model.get_output_embeddings().register_forward_pre_hook(foldable_input)
@@ -237,7 +240,7 @@ class FrozenTarget:
         # Features alone, without a cache to fill: the layers past the deepest tap are skipped (EAGLE-3's taps
         # 2, L//2 and L-3 leave 3 of L layers and the norm unrun in a cache build or an online step).
         output_needed = return_logits or past_key_values is not None or len(taps) < len(layer_ids)
-        last = None if output_needed or not taps else max(taps)
+        last = None if output_needed or self.sharded or not taps else max(taps)
         handles = []
         for lid in taps:
             module = self.decoder.norm if lid == self.num_layers else self.decoder.layers[lid]

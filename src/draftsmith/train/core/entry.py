@@ -171,6 +171,7 @@ def _shard_target(method: TrainingMethod, target: FrozenTarget, accelerator: Acc
         )
     if target.has_layers:
         shard_frozen_target(target.model, kind, accelerator.device.type)
+        target.sharded = True
 
 
 def _summary(cfg: ConfigT, result: LoopResult) -> dict[str, Any]:
