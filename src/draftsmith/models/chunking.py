@@ -1,5 +1,6 @@
 """Vocabulary-chunked losses: a loss over V-sized logits computed a chunk of positions at a time, each chunk
-recomputed in the backward pass, so a 128k-262k vocabulary never holds [tokens, V] logits at once."""
+recomputed in the backward pass, so a 128k-262k vocabulary never holds [tokens, V] logits at once; only the
+positions that train reach the head (`keep`), and the per-token cross-entropy runs over flattened rows."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 
 import torch
+import torch.nn.functional as F
 import torch.utils.checkpoint
 
 # Tokens (micro-batch rows x positions) whose vocabulary-sized logits exist at once in a chunked loss, the
@@ -106,6 +108,17 @@ def pack_positions(inputs: Sequence[torch.Tensor], keep: torch.Tensor) -> list[t
         keep = torch.zeros_like(keep)
         keep.view(-1)[0] = True
     return [x[keep].unsqueeze(0) for x in inputs]
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-token cross-entropy `[...]` of `logits [..., V]` on `labels [...]`, in float32.
+
+    Over rows of the flattened logits, not `cross_entropy(logits.transpose(1, 2), ...)`: the transposed form
+    runs the log-softmax across a strided dimension and hands the head's backward a strided gradient, and on a
+    CPU the vocabulary-sized products of that backward ran 3x slower than the forward's
+    (docs/BENCHMARKS.md, "Training on the positions that train")."""
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
+    return ce.view(labels.shape)
 
 
 @torch.no_grad()

@@ -12,18 +12,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-from .chunking import ChunkResult, recomputing
-
-
-def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Per-token cross-entropy `[...]` of `logits [..., V]` on `labels [...]`, in float32.
-
-    Over rows of the flattened logits, not `cross_entropy(logits.transpose(1, 2), ...)`: the transposed form
-    runs the log-softmax across a strided dimension and hands the head's backward a strided gradient, and on a
-    CPU the vocabulary-sized products of that backward ran 3x slower than the forward's
-    (docs/BENCHMARKS.md, "Training on the positions that train")."""
-    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
-    return ce.view(labels.shape)
+from .chunking import ChunkResult, recomputing, token_cross_entropy
 
 
 def shift_columns(x: torch.Tensor, k: int) -> torch.Tensor:

@@ -10,14 +10,13 @@ from typing import Any
 
 import torch
 
-from draftsmith.models.chunking import ChunkResult, recomputing
+from draftsmith.models.chunking import ChunkResult, recomputing, token_cross_entropy
 from draftsmith.models.eagle import Eagle1Draft
 from draftsmith.models.eagle3 import Eagle3Draft
 from draftsmith.models.losses import (
     eagle1_chunk_loss,
     eagle1_regression,
     eagle3_step_loss,
-    token_cross_entropy,
 )
 from draftsmith.models.objectives import ObjectiveConfig, acceptance_sum, masked_objective
 

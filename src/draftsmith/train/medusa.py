@@ -26,6 +26,7 @@ from draftsmith.models.chunking import (
     chunk_positions,
     chunked_loss,
     recomputing,
+    token_cross_entropy,
 )
 from draftsmith.models.losses import (
     divergence,
@@ -35,7 +36,6 @@ from draftsmith.models.losses import (
     medusa_targets,
     medusa_token_counts,
     shift_columns,
-    token_cross_entropy,
 )
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.medusa2 import ADAPTER_DIR, Medusa2Config, Medusa2Model

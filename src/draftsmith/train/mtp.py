@@ -28,8 +28,9 @@ from draftsmith.models.chunking import (
     chunked_argmax,
     chunked_loss,
     recomputing,
+    token_cross_entropy,
 )
-from draftsmith.models.losses import mtp_depth_loss, mtp_hits, token_cross_entropy
+from draftsmith.models.losses import mtp_depth_loss, mtp_hits
 from draftsmith.models.mtp import MTPConfig, MTPDraft, shift_tokens
 from draftsmith.models.objectives import (
     ObjectiveConfig,
