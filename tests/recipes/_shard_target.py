@@ -44,20 +44,20 @@ def main() -> None:
     shard_frozen_target(target.model, sharding, "cpu")
     target.sharded = True  # as train/core/entry.py marks it
     feats, logits = target.forward(ids, mask, layer_ids=layers, return_logits=True)
-    alone, _ = target.forward(ids, mask, layer_ids=(1,))  # features alone: every layer still runs its hooks
-    feats_alone = float((alone[1] - ref[1]).abs().max())
     embed = target.embed_tokens(ids)  # what EAGLE / MTP drafters call directly
     head = target.lm_head(ref["final"])
     y = ref["final"].detach().clone().requires_grad_(True)
     (target.lm_head(y) ** 2).sum().backward()
     diffs = {str(k): float((feats[k] - ref[k]).abs().max()) for k in layers}
     assert logits is not None and ref_logits is not None and y.grad is not None and ref_grad is not None
-    diffs["features_alone"] = feats_alone
     diffs["logits"] = float((logits - ref_logits).abs().max())
     diffs["embed"] = float((embed - ref_embed).abs().max())
     diffs["head"] = float((head - ref_logits).abs().max())
     diffs["head_grad"] = float((y.grad - ref_grad).abs().max())
-    result = {"full": full, "local": local_parameter_count(target.model), "diffs": diffs}
+    local = local_parameter_count(target.model)
+    alone, _ = target.forward(ids, mask, layer_ids=(1,))  # features alone: every layer still runs its hooks
+    diffs["features_alone"] = float((alone[1] - ref[1]).abs().max())
+    result = {"full": full, "local": local, "diffs": diffs}
     if dist.get_rank() == 0:
         with open(out, "w") as f:
             json.dump(result, f)
