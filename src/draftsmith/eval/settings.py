@@ -148,7 +148,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                 action="store_const",
                 const=not negated,
                 default=argparse.SUPPRESS,
-                help=text,
+                help=f"Turn off (on by default): {text[0].lower()}{text[1:]}" if negated and text else text,
             )
             continue
         choices = list(get_args(tp)) if get_origin(tp) is Literal else None

@@ -229,7 +229,10 @@ def test_the_evaluator_reads_a_config_file_overrides_and_flags_through_one_stric
     flags = parse(["--target", "t", "--drafter", "ngram", "--data", "x: y.jsonl", "--tree", "dynamic:4:16"])
     assert (flags.data, flags.tree, flags.depth) == ("x: y.jsonl", "dynamic:4:16", None)  # text stays text
     assert get_args(get_type_hints(EvalArgs)["kv_cache"]) == KV_CACHES
-    assert "num_prompts (int, default 20)" in build_parser().format_help()
+    help_text = " ".join(build_parser().format_help().split())
+    assert "num_prompts (int, default 20)" in help_text
+    # a switch that turns a default-on field off says so, instead of repeating what the field turns on
+    assert "--no-baseline Turn off (on by default): also run plain decoding" in help_text
     for argv, message in (
         (["--config", str(config), "depht=3"], "did you mean 'depth'"),
         (["--drafter", "ngram", "--data", "d"], "missing required key 'target'"),

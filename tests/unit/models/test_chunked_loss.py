@@ -44,20 +44,29 @@ def ce_chunk(head: torch.nn.Linear, calls: list[bool]) -> Callable[..., ChunkRes
     return fn
 
 
-@pytest.mark.parametrize("chunk", [1, 4, T, 100])
-def test_chunked_sums_and_gradients_equal_the_one_shot_loss(chunk):
-    head, hidden, labels, mask = head_and_inputs()
+def assert_one_shot(
+    head, hidden, labels, mask, run: Callable[[], tuple[torch.Tensor, torch.Tensor, dict]]
+) -> None:
+    """`run()`'s sums, counts and top-1, and their gradients, equal the one-shot loss over every position."""
     logits = head(hidden)  # the old way: [B, T, V] at once
     ref = (F.cross_entropy(logits.transpose(1, 2), labels, reduction="none") * mask).sum()
     ref_grads = torch.autograd.grad(ref, [hidden, head.weight])
-    calls: list[bool] = []
-    sums, counts, metrics = chunked_loss(ce_chunk(head, calls), (hidden, labels, mask), chunk)
+    sums, counts, metrics = run()
     grads = torch.autograd.grad(sums.sum(), [hidden, head.weight])
     torch.testing.assert_close(sums[0], ref, rtol=1e-6, atol=0)
     assert float(counts[0]) == float(mask.sum())
     assert float(metrics["top1"][0]) == float(((logits.argmax(-1) == labels) & mask).sum())
     for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6 * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("chunk", [1, 4, T, 100])
+def test_chunked_sums_and_gradients_equal_the_one_shot_loss(chunk):
+    head, hidden, labels, mask = head_and_inputs()
+    calls: list[bool] = []
+    assert_one_shot(
+        head, hidden, labels, mask, lambda: chunked_loss(ce_chunk(head, calls), (hidden, labels, mask), chunk)
+    )
     n = -(-T // chunk)
     assert calls == [False] * n + [True] * n  # each chunk ran once forward and once recomputed for backward
 
@@ -67,9 +76,6 @@ def test_kept_positions_alone_give_the_same_loss_gradients_and_metrics(chunk):
     """`keep`: only the masked positions reach fn, packed into one row, and the sums, counts, top-1 and
     gradients are the one-shot loss's over every position."""
     head, hidden, labels, mask = head_and_inputs()
-    logits = head(hidden)
-    ref = (F.cross_entropy(logits.transpose(1, 2), labels, reduction="none") * mask).sum()
-    ref_grads = torch.autograd.grad(ref, [hidden, head.weight])
     seen: list[tuple[int, ...]] = []
     inner = ce_chunk(head, [])
 
@@ -78,13 +84,9 @@ def test_kept_positions_alone_give_the_same_loss_gradients_and_metrics(chunk):
             seen.append(tuple(h.shape))
         return inner(h, lab, m)
 
-    sums, counts, metrics = chunked_loss(fn, (hidden, labels, mask), chunk, keep=mask)
-    grads = torch.autograd.grad(sums.sum(), [hidden, head.weight])
-    torch.testing.assert_close(sums[0], ref, rtol=1e-6, atol=0)
-    assert float(counts[0]) == float(mask.sum())
-    assert float(metrics["top1"][0]) == float(((logits.argmax(-1) == labels) & mask).sum())
-    for got, want in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6 * float(want.abs().max()))
+    assert_one_shot(
+        head, hidden, labels, mask, lambda: chunked_loss(fn, (hidden, labels, mask), chunk, keep=mask)
+    )
     n = int(mask.sum())
     assert all(shape[0] == 1 and shape[1] <= chunk * B for shape in seen)  # one row, chunk * B per chunk
     assert sum(shape[1] for shape in seen) == n < B * T
