@@ -255,7 +255,8 @@ def compare_drafters(
 
     ngram runs as a chain only: prompt lookup in vLLM, SGLang and TGI proposes one continuation, so a tree of
     n-gram matches is a baseline no engine serves (on the short budget's prompts its tau was 1.37 against the
-    chain's 1.29, for 1 min 19 s more of the stage with AVX2 kernels: docs/BENCHMARKS.md, "The quickstart").
+    chain's 1.29, for 1 min 19 s more of the stage with AVX2 kernels: docs/BENCHMARKS.md, "Prompt lookup as a
+    chain, and what a verification costs").
 
     Plain decoding runs once, beside the first row: every row's speedup is against it and every row's answers
     are checked against its greedy answers (the same prompts, the same target), instead of decoding plainly
