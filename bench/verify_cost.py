@@ -4,11 +4,12 @@ verification costs"):
 
     python -m bench.verify_cost --target DIR [--sizes 1,6,16] [--context 200] [--repeats 40] [--dtype float32]
 
-- `as loaded`: the model's forward over n new tokens after `--context` cached positions (transformers' cache),
-  cut back after each, as the evaluator's verification and `verify_costs` run it.
-- `packed`: every linear layer's weight reordered once by MKL for products of n rows
-  (`torch.ops.mkl._mkl_reorder_linear_weight`, what torch.compile's CPU freezing uses), so a product does not
-  pack the weight again at every call. Also the packed weights' size against the weights'.
+- `as loaded`: the model's own forward over n new tokens after `--context` cached positions (transformers'
+  cache), logits at every position as a verification computes them, cut back after each. The evaluator's
+  `SpeculativeDecoder.verify_costs` times its own forward, which also captures the drafter's feature layers;
+  this one has no drafter, so it can time the same forward with and without packed weights.
+- `packed`: every linear layer's weight reordered once into MKL's packed layout for products of n rows
+  (`torch.ops.mkl._mkl_reorder_linear_weight`). Also the packed weights' size against the weights'.
 - `decode`: plain decoding of `--new` tokens after the context, one token a forward, with transformers'
   concatenating cache against models/growing_cache.py's (which appends in place), in turn `--repeats` times.
 
