@@ -19,6 +19,7 @@ from draftsmith.models.families import Family, family
 from draftsmith.runtime.display import fmt_value as _fmt
 from draftsmith.runtime.display import table
 
+from .reports import data_label
 from .serve_depth import combined_depths, measured_speedups
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -35,7 +36,7 @@ def tau_table(reports: list[dict[str, Any]]) -> list[str]:
         s = r.get("settings", {})
         rows.append(
             [
-                s.get("data", "-"),
+                data_label(s.get("data", "-")),
                 r.get("num_prompts", "-"),
                 _fmt(s.get("temperature"), 1),
                 _fmt(s.get("top_p"), 2),
@@ -61,7 +62,9 @@ def depth_table(reports: list[dict[str, Any]]) -> list[str]:
     for r in reports:
         s = r.get("settings", {})
         acc = list(r.get("acceptance_by_depth") or []) + [None] * depth
-        rows.append([s.get("data", "-"), _fmt(s.get("temperature"), 1), *(_fmt(a) for a in acc[:depth])])
+        rows.append(
+            [data_label(s.get("data", "-")), _fmt(s.get("temperature"), 1), *(_fmt(a) for a in acc[:depth])]
+        )
     return table(["data", "T", *(f"depth {k}" for k in range(1, depth + 1))], rows)
 
 
@@ -75,7 +78,9 @@ def recommendation_table(reports: list[dict[str, Any]]) -> list[str]:
             continue
         s = r.get("settings", {})
         device = s.get("versions", {}).get("device_name", "-")
-        rows.append([s.get("data", "-"), _fmt(s.get("temperature"), 1), *_recommended_cells(r), device])
+        rows.append(
+            [data_label(s.get("data", "-")), _fmt(s.get("temperature"), 1), *_recommended_cells(r), device]
+        )
     if not rows:
         return []
     return table(["data", "T", "recommended depth", "expected speedup", "device"], rows)
@@ -202,7 +207,7 @@ def _engine_section(report: dict[str, Any]) -> list[str]:
         "## Measured in vLLM",
         "",
         f"Served by {report['engine']['package']} {report['engine']['version']} (`draftsmith engine-eval`): {n} "
-        f"answers of {Path(str(settings['data'])).name}, T = {settings['temperature']}, batch "
+        f"answers of {data_label(settings['data'])}, T = {settings['temperature']}, batch "
         f"{settings['batch_size']}; plain decoding {_fmt(v['plain_tokens_per_s'], 1)} tokens/s. vLLM's "
         f"mean acceptance length {_fmt(v['mean_acceptance_length'])} at depth {settings['depth']} (the "
         f"evaluator's tau: {_fmt(report['draftsmith']['tau'])})"
@@ -247,7 +252,7 @@ def _engine_sets_section(reports: Sequence[dict[str, Any]]) -> list[str]:
     for rep, measured in zip(reports, speedups, strict=True):
         n, equal = rep["answers"], rep["vllm"].get("speculative_equals_plain")
         rows.append(
-            [Path(str(rep["settings"]["data"])).name, n, _fmt(rep["vllm"]["plain_tokens_per_s"], 1)]
+            [data_label(rep["settings"]["data"]), n, _fmt(rep["vllm"]["plain_tokens_per_s"], 1)]
             + [f"{_fmt(measured[k], 2)}x" if k in measured else "-" for k in depths]
             + [f"{equal}/{n}" if equal is not None else "-"]
         )

@@ -6,11 +6,25 @@ ship imports nothing of the evaluator."""
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 REPORT_NAME = "eval.json"
+
+
+def data_label(data: Any) -> Any:
+    """A data set as the card names it: its file with the folder holding it (`gsm8k/test.jsonl`,
+    `mt_bench/question.jsonl`), since a file's own name is often generic. The folder is left out where it says
+    nothing about the data and may name a user: the home, the temporary directory, the filesystem root. A
+    missing name (not text) comes back as it is."""
+    if not isinstance(data, str) or not data:
+        return data
+    path = Path(data).expanduser()
+    parent = path.parent
+    bare = parent in (Path("."), Path(parent.anchor), Path.home(), Path(tempfile.gettempdir()))
+    return path.name if bare else f"{parent.name}/{path.name}"
 
 
 def report_files(ckpt_dir: Path, given: Sequence[Path] | None) -> list[Path]:

@@ -17,7 +17,7 @@ from draftsmith.models.checkpoint import WEIGHTS_NAME as WEIGHTS
 from draftsmith.runtime.files import sha256_file
 
 from .layouts.common import Export, ExportError
-from .reports import read_reports, report_files
+from .reports import data_label, read_reports, report_files
 
 
 def serves_depth(export: Export, depth: int) -> bool:
@@ -221,7 +221,7 @@ def combined_depths(engines: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     ]
     return {
         "settings": measured[0].get("settings", {}),
-        "sets": [Path(str(e["settings"]["data"])).name for e in measured],
+        "sets": [data_label(e["settings"]["data"]) for e in measured],
         "depth_check": {
             "fastest_measured_depth": max(rows, key=lambda r: r["speedup_measured"])["depth"],
             "rows": rows,

@@ -3,11 +3,13 @@ tables were built with runtime.display.table (issue 36), reports with missing or
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from eval_report import REPORT  # tests/unit/ship/, on the path
 
 from draftsmith.ship.model_card import depth_table, recommendation_table, render_card, tau_table
+from draftsmith.ship.reports import data_label
 
 # Fields missing, a depth not measured (None), an integer figure; then fields present but null; then nothing.
 SPARSE = {
@@ -230,3 +232,21 @@ def test_several_serve_commands_read_as_alternatives():
         "# or:",
         "vllm serve T --speculative-config X",
     ]
+
+
+def test_a_data_set_is_named_by_its_file_and_the_folder_holding_it(tmp_path):
+    """Three sets whose files are named test.jsonl, question.jsonl, HumanEval.jsonl.gz read as what they are; a
+    file in the home or temporary directory (or at the root) is named alone, so no user name reaches the Hub."""
+    assert data_label("/srv/data/gsm8k/test.jsonl") == "gsm8k/test.jsonl"
+    assert data_label("../shared/data/mt_bench/question.jsonl") == "mt_bench/question.jsonl"
+    assert data_label("humaneval/HumanEval.jsonl.gz") == "humaneval/HumanEval.jsonl.gz"
+    assert data_label("gsm8k.jsonl") == "gsm8k.jsonl"
+    assert data_label(str(Path.home() / "prompts.jsonl")) == "prompts.jsonl"
+    assert data_label("~/prompts.jsonl") == "prompts.jsonl"
+    assert data_label(str(Path(tempfile.gettempdir()) / "p.jsonl")) == "p.jsonl"
+    assert data_label("/p.jsonl") == "p.jsonl"
+    assert data_label(None) is None and data_label("-") == "-"
+    gsm8k = {**REPORT, "settings": {**REPORT["settings"], "data": "/srv/data/gsm8k/test.jsonl"}}
+    card = render_card("acme/eagle3-tiny", SOURCE, [gsm8k], EXPORTS, "apache-2.0")
+    assert "| gsm8k/test.jsonl | 20 | 0.0 | 1.00 | 3 | chain | 0 | **1.734** |" in card
+    assert "/srv/data" not in card

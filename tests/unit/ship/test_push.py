@@ -186,8 +186,8 @@ def test_engine_reports_of_several_sets_give_a_row_each_and_the_depth_of_the_bes
     assert (
         "| data | answers | plain tokens/s | depth 1 | depth 2 | depth 3 | answers equal to plain |" in card
     )
-    assert "| gsm8k.jsonl | 16 | 11.3 | 1.29x | 1.34x | 1.20x | 16/16 |" in card
-    assert "| HumanEval.jsonl.gz | 16 | 11.3 | 1.12x | 1.15x | 1.03x | 16/16 |" in card
+    assert "| data/gsm8k.jsonl | 16 | 11.3 | 1.29x | 1.34x | 1.20x | 16/16 |" in card
+    assert "| data/HumanEval.jsonl.gz | 16 | 11.3 | 1.12x | 1.15x | 1.03x | 16/16 |" in card
     assert "geometric mean of their speedups): 1, 1.20x plain decoding (what the vLLM export drafts)" in card
     # sets measured at depths with none in common cannot be compared: refused, naming the fix
     report = engine_eval_report([(5, 1.4, 0.9)])
