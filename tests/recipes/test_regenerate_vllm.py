@@ -6,6 +6,7 @@ or written twice."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -101,3 +102,38 @@ def test_regeneration_through_vllm_survives_a_killed_server(vllm_env, smollm2_ta
     assert continued + tool_counts["tool_call_differs"] == 2
     assert all(r["messages"][-1]["role"] == "assistant" for r in back)
     assert len(read_conversations(str(tmp_path / "tools-out.jsonl"))) == 2  # training reads it as it is
+
+
+def test_serve_vllm_answers_as_generate_does_and_a_rerun_resumes(
+    vllm_env, smollm2_target, shared_data, tmp_path
+):
+    """`--target DIR --serve vllm`: draftsmith serves the target itself for the run; its greedy answers equal the
+    local `generate` path's (both float32), the served model is recorded by its weights' path, the server is gone
+    afterwards, and a rerun with the same command finds everything done."""
+    data = shared_data / "gsm8k" / "test.jsonl"
+    common = ["--data", str(data), "--max-samples", "4", "--temperature", "0", "--max-new-tokens", "24"]
+
+    def served() -> dict:
+        args = ["--target", str(smollm2_target), "--serve", "vllm", "--out", str(tmp_path / "served.jsonl")]
+        return regenerate(parse_args([*args, *common, "--concurrency", "4", "--no-progress"]))
+
+    counts = served()
+    local = ["--target", str(smollm2_target), "--out", str(tmp_path / "local.jsonl"), "--dtype", "float32"]
+    regenerate(parse_args([*local, *common, "--batch-size", "1", "--no-progress"]))
+
+    def answers(name: str) -> dict[int, list[str]]:
+        rows = [json.loads(line) for line in (tmp_path / name).open()]
+        return {r["index"]: [m["content"] for m in r["messages"] if m["role"] == "assistant"] for r in rows}
+
+    assert counts["written"] == 4 and counts["failed"] == 0
+    assert answers("served.jsonl") == answers("local.jsonl")
+    meta = json.loads((tmp_path / "served.jsonl.meta.json").read_text())
+    assert meta["target"]["served_model"] == "target"
+    assert Path(meta["target"]["root"]) == smollm2_target.resolve()
+    log = tmp_path / "served.jsonl.server.log"
+    assert log.is_file()
+    port = int(meta["endpoint"].rsplit(":", 1)[1].split("/")[0])
+    with pytest.raises(ConnectionRefusedError):  # the server was stopped with the run
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    again = served()
+    assert (again["written"], again["skipped"]) == (0, 4)

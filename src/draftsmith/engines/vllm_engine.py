@@ -85,7 +85,8 @@ def speculative_config(
 def worker_env(engine: EngineEnv) -> dict[str, str]:
     """The worker's environment: a 2 GiB KV cache on the CPU unless set, vLLM's compile cache off (its AOT
     cache never loaded in 0.32 CPU and a recompile after that failed once), vLLM's caches under draftsmith's,
-    and Intel OpenMP preloaded from the engine's venv (`preload`)."""
+    Intel OpenMP preloaded from the engine's venv (`preload`) and its threads on every core of a 2-core machine
+    (`omp_binding`)."""
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     env.setdefault("VLLM_DISABLE_COMPILE_CACHE", "1")
@@ -93,7 +94,19 @@ def worker_env(engine: EngineEnv) -> dict[str, str]:
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     if "LD_PRELOAD" not in env and (iomp := preload(engine)) is not None:
         env["LD_PRELOAD"] = str(iomp)
+    if "VLLM_CPU_OMP_THREADS_BIND" not in env and (cores := omp_binding()) is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cores
     return env
+
+
+def omp_binding(cpus: set[int] | None = None) -> str | None:
+    """The CPUs to bind vLLM's OpenMP threads to where its own choice would leave the model one core: vLLM's CPU
+    worker ("auto") keeps a core per rank for its scheduler process, which on a 2-core machine is half of it. There
+    the threads go on both (the scheduler shares them); measured faster for the server's answers and for
+    speculative decoding at batch 1 (docs/BENCHMARKS.md, "vLLM's CPU settings"). With more cores, or a user's own
+    VLLM_CPU_OMP_THREADS_BIND, vLLM's choice stands (None)."""
+    cpus = os.sched_getaffinity(0) if cpus is None else cpus
+    return ",".join(str(c) for c in sorted(cpus)) if len(cpus) == 2 else None
 
 
 def preload(engine: EngineEnv) -> Path | None:

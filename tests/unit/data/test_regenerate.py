@@ -196,3 +196,19 @@ def test_length_batches_sort_each_window_and_resume_into_the_same_batches():
         assert order == sorted(range(w, min(w + window, len(convs))), key=lengths.__getitem__)  # stable sort
     done = {i for b in batches[:7] for i in b}  # a run stopped after its seventh batch
     assert length_batches(convs, 3, done) == batches[7:]
+
+
+def test_serve_is_refused_in_one_line_without_a_model_directory(tmp_path, data):
+    """`--serve vllm` needs --target as a directory vLLM can load; the refusal names what to do, before any
+    engine is looked for."""
+    out = str(tmp_path / "out.jsonl")
+    with pytest.raises(UserError, match="--serve vllm serves the target: pass --target DIR"):
+        regenerate(
+            parse_args(["--endpoint", "http://x/v1", "--serve", "vllm", "--data", str(data), "--out", out])
+        )
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(UserError, match="needs a model directory with config.json"):
+        regenerate(parse_args(["--target", str(gguf), "--serve", "vllm", "--data", str(data), "--out", out]))
+    with pytest.raises(SystemExit):  # argparse: an engine that --serve does not know
+        parse_args(["--target", "t", "--serve", "sglang", "--data", str(data), "--out", out])

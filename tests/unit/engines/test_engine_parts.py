@@ -95,6 +95,25 @@ def test_the_worker_preloads_intel_openmp_from_the_engine_venv_unless_the_user_s
     assert worker_env(engine)["LD_PRELOAD"] == ""
 
 
+def test_the_worker_binds_openmp_to_both_cores_of_a_two_core_machine_only(tmp_path, monkeypatch):
+    """vLLM's "auto" keeps a core for its scheduler: on 2 cores that leaves the model one, so the threads go on
+    both; on 1 or 4+ cores, or with the user's own binding, vLLM's choice stands."""
+    from draftsmith.engines import vllm_engine
+
+    assert vllm_engine.omp_binding({3, 1}) == "1,3"
+    assert vllm_engine.omp_binding({0}) is None
+    assert vllm_engine.omp_binding({0, 1, 2, 3}) is None
+    engine = engine_setup.EngineEnv(tmp_path, engine_setup.engine_spec("vllm", "cpu"), "0.32.0")
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr(vllm_engine.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert vllm_engine.worker_env(engine)["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
+    monkeypatch.setattr(vllm_engine.os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in vllm_engine.worker_env(engine)
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    monkeypatch.setattr(vllm_engine.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert vllm_engine.worker_env(engine)["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])
 def test_the_cpu_plugins_expand_kernel_matches_a_loop(dtype):
     plugin = _load(ENGINES / "vllm_plugin" / "draftsmith_vllm_cpu_fix" / "__init__.py", "cpu_fix")

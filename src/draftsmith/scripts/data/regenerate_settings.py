@@ -20,6 +20,7 @@ class RegenerateArgs:
     endpoint: str | None
     api_key_env: str | None
     model: str | None
+    serve: str | None
     concurrency: int
     timeout: float
     retries: int
