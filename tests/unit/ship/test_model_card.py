@@ -3,6 +3,7 @@ tables were built with runtime.display.table (issue 36), reports with missing or
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from pathlib import Path
 
@@ -246,7 +247,8 @@ def test_a_data_set_is_named_by_its_file_and_the_folder_holding_it(tmp_path):
     assert data_label(str(Path(tempfile.gettempdir()) / "p.jsonl")) == "p.jsonl"
     assert data_label("/p.jsonl") == "p.jsonl"
     assert data_label(None) is None and data_label("-") == "-"
-    gsm8k = {**REPORT, "settings": {**REPORT["settings"], "data": "/srv/data/gsm8k/test.jsonl"}}
+    gsm8k: dict = copy.deepcopy(REPORT)
+    gsm8k["settings"]["data"] = "/srv/data/gsm8k/test.jsonl"
     card = render_card("acme/eagle3-tiny", SOURCE, [gsm8k], EXPORTS, "apache-2.0")
     assert "| gsm8k/test.jsonl | 20 | 0.0 | 1.00 | 3 | chain | 0 | **1.734** |" in card
     assert "/srv/data" not in card

@@ -142,7 +142,7 @@ def regenerate(settings: RegenerateArgs) -> dict[str, Any]:
     if (settings.target is None) == (settings.endpoint is None):
         raise UserError("pass --target DIR (generate here) or --endpoint URL (a serving engine), not both")
     if settings.serve is not None:
-        return regenerate_served(settings)
+        return regenerate_served(settings, settings.serve)
     if settings.endpoint is not None:
         if settings.concurrency < 1 or settings.retries < 0 or settings.timeout <= 0:
             raise UserError("need --concurrency >= 1, --retries >= 0 and --timeout > 0")
@@ -154,7 +154,7 @@ def regenerate(settings: RegenerateArgs) -> dict[str, Any]:
     return regenerate_locally(settings)
 
 
-def regenerate_served(settings: RegenerateArgs) -> dict[str, Any]:
+def regenerate_served(settings: RegenerateArgs, engine_name: str) -> dict[str, Any]:
     """`--serve vllm`: the target served by vLLM for this run (engines/vllm_server.py, with the CPU settings
     engines/vllm_engine.py applies), the regeneration through it, then the server stopped."""
     if settings.target is None:
@@ -170,9 +170,9 @@ def regenerate_served(settings: RegenerateArgs) -> dict[str, Any]:
     from draftsmith.engines.setup import require_env
     from draftsmith.engines.vllm_server import serve
 
-    engine = require_env(settings.serve)
+    engine = require_env(engine_name)
     log = settings.out.with_name(settings.out.name + SERVER_LOG_SUFFIX)
-    print(f"serving {target} in {settings.serve} (log: {log})", flush=True)
+    print(f"serving {target} in {engine_name} (log: {log})", flush=True)
     with serve(engine, target, log, name=SERVED_NAME) as server:
         return regenerate_via_endpoint(replace(settings, target=None, endpoint=server.url, model=SERVED_NAME))
 
