@@ -71,7 +71,7 @@ from .plain_cache import plain_cache_file, target_fingerprint
 from .settings import EngineEvalArgs, parse_engine_eval_args
 from .settings import build_parser as build_settings_parser
 from .setup import EngineEnv, require_env
-from .vllm_engine import VllmRun, run_worker, speculative_config
+from .vllm_engine import VllmRun, run_worker, speculative_config, speed_settings
 
 CHECKED = {"within_tolerance": True}  # a run without --depths has no depth check to fail
 MAX_MODEL_LEN_MARGIN = 16  # vLLM's context: the longest prompt + max new tokens + the draft depth, and some
@@ -197,7 +197,8 @@ def plain_run(
     cached = None
     if args.plain_cache:
         fingerprint = target_fingerprint(target, Path(plain_job["model"]))
-        cached = plain_cache_file(args.plain_cache, plain_job, str(engine.python), fingerprint)
+        runner = {"python": str(engine.python), **speed_settings(engine)}
+        cached = plain_cache_file(args.plain_cache, plain_job, runner, fingerprint)
     if cached is not None and cached.is_file():
         say(args, f"vLLM: plain decoding of the same job, reused from {cached}")
         return VllmRun(**read_json(cached))
@@ -236,7 +237,9 @@ def evaluate(args: EngineEvalArgs, work: Path) -> dict[str, Any]:
     spec_run = run_worker(
         engine, job(args, prompts, stops, spec, max_positions), work / "vllm-speculative.log"
     )
-    report = build_report(args, kind, ours, turns, plain, spec_run, spec, engine.spec.package)
+    report = build_report(
+        args, kind, ours, turns, plain, spec_run, spec, engine.spec.package, speed_settings(engine)
+    )
     if args.depths:
         runs = {depth: spec_run}
         for k in (k for k in args.depths if k != depth):

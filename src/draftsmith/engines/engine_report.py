@@ -42,8 +42,10 @@ def build_report(
     spec_run: VllmRun,
     spec: dict[str, Any],
     package: str,
+    cpu_settings: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
-    """Both engines' figures for the same prompts, their agreement on tau, and the lossless checks."""
+    """Both engines' figures for the same prompts, their agreement on tau, and the lossless checks; with the
+    environment settings vLLM ran under where given (vllm_engine.py `speed_settings`)."""
     mine = comparable(turns)
     greedy = args.temperature == 0
     same_as_plain = [
@@ -53,7 +55,12 @@ def build_report(
     return {
         "drafter": args.drafter,
         "kind": kind,
-        "engine": {"package": package, "version": spec_run.version, "speculative_config": spec},
+        "engine": {
+            "package": package,
+            "version": spec_run.version,
+            "speculative_config": spec,
+            "cpu_settings": cpu_settings,
+        },
         "settings": report_settings(args, ours),
         "vllm": vllm_figures(plain, spec_run, sum(same_as_plain) if greedy else None),
         "draftsmith": evaluator_figures(ours, mine),
@@ -194,6 +201,8 @@ def markdown(r: dict[str, Any]) -> str:
         + (f" ({settings['draft_sample_method']} drafts)" if sampled else "")
         + f", chain, batch {settings['batch_size']} in vLLM, 1 in the evaluator"
     )
+    bound = (r["engine"].get("cpu_settings") or {}).get("VLLM_CPU_OMP_THREADS_BIND")
+    head += f"; vLLM's OpenMP threads on CPUs {bound}" if bound else ""
     rows = [(k, cell(a), cell(b)) for k, a, b in comparison_rows(r)]
     lines = [head, "", *table(["", "vLLM", "draftsmith"], rows), ""]
     rel, same = r["tau_relative_difference"], r["same_definition_relative_difference"]

@@ -39,9 +39,10 @@ def target_fingerprint(target: Any, directory: Path) -> dict[str, Any]:
     return {"identity": {k: identity.get(k) for k in TARGET_IDENTITY_KEYS}, "files": files}
 
 
-def plain_cache_file(folder: str, plain_job: dict[str, Any], engine: str, target: dict[str, Any]) -> Path:
+def plain_cache_file(folder: str, plain_job: dict[str, Any], engine: Any, target: dict[str, Any]) -> Path:
     """Where a plain run of exactly this job is kept: named by the sha256 of the job without the model's path,
-    the target's content (`target_fingerprint`) and the engine (its venv's python)."""
+    the target's content (`target_fingerprint`) and the engine that runs it (any JSON: its venv's python and the
+    settings its speed depends on, vllm_engine.py `speed_settings`)."""
     content = {k: v for k, v in plain_job.items() if k != "model"}
     key = hashlib.sha256(json.dumps([content, target, engine], sort_keys=True).encode()).hexdigest()[:20]
     return Path(folder).expanduser() / f"vllm-plain-{key}.json"

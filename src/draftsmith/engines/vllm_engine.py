@@ -99,6 +99,17 @@ def worker_env(engine: EngineEnv) -> dict[str, str]:
     return env
 
 
+# The environment settings that change vLLM's speed on a CPU: engine-eval records them in its report and keys a
+# kept plain run (--plain-cache) by them, so runs under other settings are never compared as one
+SPEED_SETTINGS = ("VLLM_CPU_OMP_THREADS_BIND", "LD_PRELOAD", "VLLM_CPU_KVCACHE_SPACE", "OMP_NUM_THREADS")
+
+
+def speed_settings(engine: EngineEnv) -> dict[str, str | None]:
+    """The `SPEED_SETTINGS` the worker runs under (`worker_env`), None where unset."""
+    env = worker_env(engine)
+    return {k: env.get(k) for k in SPEED_SETTINGS}
+
+
 def omp_binding(cpus: set[int] | None = None) -> str | None:
     """The CPUs to bind vLLM's OpenMP threads to where its own choice would leave the model one core: vLLM's CPU
     worker ("auto") keeps a core per rank for its scheduler process, which on a 2-core machine is half of it. There

@@ -391,6 +391,13 @@ def test_a_plain_run_is_reused_only_for_an_identical_job(tmp_path):
     assert path != plain_cache_file(str(tmp_path), job | {"prompts": [[1, 3]]}, "/venv/bin/python", target)
     assert path != plain_cache_file(str(tmp_path), job | {"batch_size": 8}, "/venv/bin/python", target)
     assert path != plain_cache_file(str(tmp_path), job, "/other/bin/python", target)
+    bound = {
+        "python": "/venv/bin/python",
+        "VLLM_CPU_OMP_THREADS_BIND": "0,1",
+    }  # speed settings are the engine's
+    assert plain_cache_file(str(tmp_path), job, bound, target) != plain_cache_file(
+        str(tmp_path), job, bound | {"VLLM_CPU_OMP_THREADS_BIND": "auto"}, target
+    )
     other = {"identity": {"weights_sha256": "a"}, "files": {"model.safetensors": "c"}}
     assert path != plain_cache_file(str(tmp_path), job, "/venv/bin/python", other)
     run = _run({"num_drafts": 0}, [{"token_ids": [5, 6], "wall_s": 0.5}])
