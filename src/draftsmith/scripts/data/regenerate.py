@@ -61,38 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--target", help="target model: local directory or Hugging Face Hub id (local generation)")
-    p.add_argument(
-        "--endpoint",
-        help="an OpenAI-compatible server serving the target instead, e.g. http://127.0.0.1:8000/v1 (vLLM, "
-        "SGLang, TGI, llama.cpp)",
-    )
-    p.add_argument(
-        "--api-key-env", help="--endpoint: the environment variable holding the API key (sent as Bearer)"
-    )
-    p.add_argument("--model", help="--endpoint: the served model's name (default: the server's only model)")
-    p.add_argument(
-        "--serve",
-        choices=["vllm"],
-        help="with --target DIR: serve the target in vLLM's CPU build (`draftsmith engine-setup vllm` first) for "
-        "this run, on every core, and regenerate through its server (--concurrency conversations in flight; its "
-        "log in OUT.server.log): on a CPU the fastest path, 1.9x `generate`'s tokens/s in docs/BENCHMARKS.md",
-    )
-    p.add_argument(
-        "--concurrency", type=int, default=16, help="--endpoint: conversations in flight (default 16)"
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=600.0,
-        help="--endpoint: the deadline of one request in seconds, its whole answer included (default 600)",
-    )
-    p.add_argument(
-        "--retries",
-        type=int,
-        default=4,
-        help="--endpoint: retries of a request the server did not answer (unreachable, timeout, 408, 429, 5xx), "
-        "with exponential backoff (default 4); then the run stops, and a rerun continues",
-    )
+    add_server_flags(p)
     p.add_argument("--data", required=True, help="conversations in any format of the data pipeline")
     p.add_argument("--format", default="auto", help="data format (default: detected from the first record)")
     p.add_argument("--out", type=Path, required=True, help="output .jsonl (messages format)")
@@ -126,6 +95,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def add_server_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of regeneration through a server: --endpoint (one that runs) or --serve (one started here)."""
+    p.add_argument(
+        "--endpoint",
+        help="an OpenAI-compatible server serving the target instead, e.g. http://127.0.0.1:8000/v1 (vLLM, "
+        "SGLang, TGI, llama.cpp)",
+    )
+    p.add_argument(
+        "--api-key-env", help="--endpoint: the environment variable holding the API key (sent as Bearer)"
+    )
+    p.add_argument("--model", help="--endpoint: the served model's name (default: the server's only model)")
+    p.add_argument(
+        "--serve",
+        choices=["vllm"],
+        help="with --target DIR: serve the target in vLLM's CPU build (`draftsmith engine-setup vllm` first) for "
+        "this run, on every core, and regenerate through its server (--concurrency conversations in flight; its "
+        "log in OUT.server.log): on a CPU the fastest path, 1.9x `generate`'s tokens/s in docs/BENCHMARKS.md",
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=16, help="--endpoint: conversations in flight (default 16)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="--endpoint: the deadline of one request in seconds, its whole answer included (default 600)",
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=4,
+        help="--endpoint: retries of a request the server did not answer (unreachable, timeout, 408, 429, 5xx), "
+        "with exponential backoff (default 4); then the run stops, and a rerun continues",
+    )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> RegenerateArgs:
