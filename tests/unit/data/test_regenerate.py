@@ -212,3 +212,10 @@ def test_serve_is_refused_in_one_line_without_a_model_directory(tmp_path, data):
         regenerate(parse_args(["--target", str(gguf), "--serve", "vllm", "--data", str(data), "--out", out]))
     with pytest.raises(SystemExit):  # argparse: an engine that --serve does not know
         parse_args(["--target", "t", "--serve", "sglang", "--data", str(data), "--out", out])
+
+
+def test_concurrency_defaults_to_a_modest_load_on_a_server_and_the_measured_best_on_one_served_here():
+    common = ["--data", "d.jsonl", "--out", "o.jsonl"]
+    assert parse_args(["--endpoint", "http://x/v1", *common]).concurrency == 16
+    assert parse_args(["--target", "t", "--serve", "vllm", *common]).concurrency == 128
+    assert parse_args(["--target", "t", "--serve", "vllm", "--concurrency", "8", *common]).concurrency == 8

@@ -51,6 +51,8 @@ from .regenerate_settings import RegenerateArgs
 
 SERVED_NAME = "target"  # the name --serve gives the target in its server (recorded in OUT.meta.json)
 SERVER_LOG_SUFFIX = ".server.log"
+ENDPOINT_CONCURRENCY = 16  # someone else's server: a modest load
+SERVE_CONCURRENCY = 128  # the server --serve starts for the run: 1.16x 64's tokens/s on 2 cores (BENCHMARKS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +118,11 @@ def add_server_flags(p: argparse.ArgumentParser) -> None:
         "log in OUT.server.log): on a CPU the fastest path, 1.9x `generate`'s tokens/s in docs/BENCHMARKS.md",
     )
     p.add_argument(
-        "--concurrency", type=int, default=16, help="--endpoint: conversations in flight (default 16)"
+        "--concurrency",
+        type=int,
+        default=None,
+        help=f"--endpoint, --serve: conversations in flight (default {ENDPOINT_CONCURRENCY} through --endpoint, "
+        f"{SERVE_CONCURRENCY} with --serve: the fastest measured on 2 cores, docs/BENCHMARKS.md)",
     )
     p.add_argument(
         "--timeout",
@@ -135,7 +141,10 @@ def add_server_flags(p: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> RegenerateArgs:
     """The command line, read once into the typed settings."""
-    return RegenerateArgs.from_namespace(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    if args.concurrency is None:
+        args.concurrency = SERVE_CONCURRENCY if args.serve else ENDPOINT_CONCURRENCY
+    return RegenerateArgs.from_namespace(args)
 
 
 def regenerate(settings: RegenerateArgs) -> dict[str, Any]:
