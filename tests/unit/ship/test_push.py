@@ -165,6 +165,7 @@ def test_engine_reports_of_several_sets_give_a_row_each_and_the_depth_of_the_bes
     for name, rows in sets.items():
         report = engine_eval_report(rows)
         report["settings"] = {**report["settings"], "data": f"/data/{name}"}
+        report["engine"]["cpu_settings"] = {"VLLM_CPU_OMP_THREADS_BIND": "0,1", "LD_PRELOAD": None}
         paths.append(tmp_path / f"{name}.report.json")
         paths[-1].write_text(json.dumps(report))
     out = tmp_path / "upload"
@@ -186,6 +187,7 @@ def test_engine_reports_of_several_sets_give_a_row_each_and_the_depth_of_the_bes
     assert (
         "| data | answers | plain tokens/s | depth 1 | depth 2 | depth 3 | answers equal to plain |" in card
     )
+    assert "T = 0.0, batch 1, vLLM's OpenMP threads on CPUs 0,1; speedup against plain decoding" in card
     assert "| data/gsm8k.jsonl | 16 | 11.3 | 1.29x | 1.34x | 1.20x | 16/16 |" in card
     assert "| data/HumanEval.jsonl.gz | 16 | 11.3 | 1.12x | 1.15x | 1.03x | 16/16 |" in card
     assert "geometric mean of their speedups): 1, 1.20x plain decoding (what the vLLM export drafts)" in card
