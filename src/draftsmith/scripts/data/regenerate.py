@@ -12,12 +12,12 @@ by transformers' `generate` (KV cache, left padding). The output is `messages` J
 With `--endpoint URL` the answers come from an OpenAI-compatible chat-completions server instead (vLLM,
 SGLang, TGI, llama.cpp), `--concurrency` conversations in flight: the way to regenerate 100k+ conversations.
 With `--target DIR --serve vllm`, draftsmith starts that server itself for the run (vLLM's CPU build, set up by
-`draftsmith engine-setup vllm`; on a 2-core machine its threads on both cores) and stops it at the end: the fastest way to the target's answers
-on a CPU. Tool calls survive it: the tools are passed to the server, the model's calls are kept (OpenAI `tool_calls`, or
-the text the model wrote when the server parses none), and a recorded tool result is kept where the model made
-the recorded call (otherwise the conversation ends at the model's own call). A reasoning server's
-`reasoning_content` is kept on the answer, where the target's chat template renders it; an answer written as
-content parts is kept as its text. A server that stops answering (after --retries), refuses to serve (a wrong
+`draftsmith engine-setup vllm`; on a 2-core machine its threads on both cores) and stops it at the end: the
+fastest way to the target's answers on a CPU. Tool calls survive it: the tools are passed to the server, the
+model's calls are kept (OpenAI `tool_calls`, or the text the model wrote when the server parses none), and a
+recorded tool result is kept where the model made the recorded call (otherwise the conversation ends at the
+model's own call). A reasoning server's `reasoning_content` is kept on the answer, where the target's chat
+template renders it; an answer written as content parts is kept as its text. A server that stops answering (after --retries), refuses to serve (a wrong
 key, route or model: 401 / 403 / 404 / 405) or answers something that is not a completion stops the run in one
 line, marking nothing failed: the rerun after the fix goes on. --timeout is the deadline of a whole request.
 (scripts/data/regenerate_endpoint.py, data/endpoint.py)
@@ -114,8 +114,9 @@ def add_server_flags(p: argparse.ArgumentParser) -> None:
         "--serve",
         choices=["vllm"],
         help="with --target DIR: serve the target in vLLM's CPU build (`draftsmith engine-setup vllm` first) for "
-        "this run (on a 2-core machine, its threads on both cores) and regenerate through its server (--concurrency conversations in flight; its "
-        "log in OUT.server.log): on a CPU the fastest path, 1.9x `generate`'s tokens/s in docs/BENCHMARKS.md",
+        "this run (on a 2-core machine, its threads on both cores) and regenerate through its server "
+        "(--concurrency conversations in flight; its log in OUT.server.log): on a CPU the fastest path, 1.9x "
+        "`generate`'s tokens/s in docs/BENCHMARKS.md",
     )
     p.add_argument(
         "--concurrency",
