@@ -17,9 +17,10 @@ fastest way to the target's answers on a CPU. Tool calls survive it: the tools a
 model's calls are kept (OpenAI `tool_calls`, or the text the model wrote when the server parses none), and a
 recorded tool result is kept where the model made the recorded call (otherwise the conversation ends at the
 model's own call). A reasoning server's `reasoning_content` is kept on the answer, where the target's chat
-template renders it; an answer written as content parts is kept as its text. A server that stops answering (after --retries), refuses to serve (a wrong
-key, route or model: 401 / 403 / 404 / 405) or answers something that is not a completion stops the run in one
-line, marking nothing failed: the rerun after the fix goes on. --timeout is the deadline of a whole request.
+template renders it; an answer written as content parts is kept as its text. A server that stops answering
+(after --retries), refuses to serve (a wrong key, route or model: 401 / 403 / 404 / 405) or answers something
+that is not a completion stops the run in one line, marking nothing failed: the rerun after the fix goes on.
+--timeout is the deadline of a whole request.
 (scripts/data/regenerate_endpoint.py, data/endpoint.py)
 
 Resumable: rows already in OUT (or in OUT.failed.jsonl) are skipped, so an interrupted run (Ctrl-C, a kill)
