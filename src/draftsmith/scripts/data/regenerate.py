@@ -157,11 +157,12 @@ def regenerate(settings: RegenerateArgs) -> dict[str, Any]:
         raise UserError("need --temperature >= 0, 0 < --top-p <= 1 and --max-new-tokens >= 1")
     if (settings.target is None) == (settings.endpoint is None):
         raise UserError("pass --target DIR (generate here) or --endpoint URL (a serving engine), not both")
+    through_server = settings.serve is not None or settings.endpoint is not None
+    if through_server and (settings.concurrency < 1 or settings.retries < 0 or settings.timeout <= 0):
+        raise UserError("need --concurrency >= 1, --retries >= 0 and --timeout > 0")
     if settings.serve is not None:
         return regenerate_served(settings, settings.serve)
     if settings.endpoint is not None:
-        if settings.concurrency < 1 or settings.retries < 0 or settings.timeout <= 0:
-            raise UserError("need --concurrency >= 1, --retries >= 0 and --timeout > 0")
         return regenerate_via_endpoint(settings)
     from .regenerate_local import (
         regenerate_locally,
@@ -181,8 +182,6 @@ def regenerate_served(settings: RegenerateArgs, engine_name: str) -> dict[str, A
             f"--target {settings.target}: --serve vllm needs a model directory with config.json (a GGUF: write "
             "it as one first with `draftsmith build-target`; a Hub id: download it first)"
         )
-    if settings.concurrency < 1 or settings.retries < 0 or settings.timeout <= 0:
-        raise UserError("need --concurrency >= 1, --retries >= 0 and --timeout > 0")
     from draftsmith.engines.setup import require_env
     from draftsmith.engines.vllm_server import serve
 
