@@ -35,7 +35,6 @@ from bench.real_target import EVAL_SETS, SHARED, cli, eval_items, run
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "eagle" / "eagle3_smollm2_scale.yaml"
-DEPTH = 5
 MIN_TOKENS = 256 * 1024  # the rule: at least one epoch and at least this many tokens seen
 MAX_EPOCHS = 4.0
 
@@ -148,7 +147,8 @@ def train(args: argparse.Namespace, samples: int, tokens: int) -> Path:
 
 
 def evaluate(args: argparse.Namespace, drafters: dict[str, str]) -> None:
-    """Every drafter on every set, chain depth 5 at T = 0; plain decoding once per set."""
+    """Every drafter on every set, a chain at T = 0 of depth 5 (the evaluator's default; a drafter that drafts
+    fewer, such as MTP's modules, as deep as it drafts); plain decoding once per set."""
     from draftsmith.eval.acceptance import EvalArgs
     from draftsmith.eval.acceptance import evaluate as run_eval
     from draftsmith.eval.depth import recalibrated
@@ -176,7 +176,7 @@ def evaluate(args: argparse.Namespace, drafters: dict[str, str]) -> None:
                     data=str(SHARED / rel),
                     num_prompts=eval_items(dataset, args.eval_prompts),
                     max_new_tokens=args.eval_tokens,
-                    depth=DEPTH,
+                    depth=None,
                     tree="chain",
                     baseline=first,
                     check_lossless=first,
@@ -193,7 +193,8 @@ def evaluate(args: argparse.Namespace, drafters: dict[str, str]) -> None:
             base = json.loads(base_path.read_text())
             report["speedup"] = report["tokens_per_s"] / base["tokens_per_s"]
             report["lossless"] = [turn.spec.tokens for turn in turns] == base["answers"]
-            report.update(recalibrated(report, DEPTH, base["tokens_per_s"]))  # against the set's plain rate
+            depth = report["settings"]["depth"]
+            report.update(recalibrated(report, depth, base["tokens_per_s"]))  # against the set's plain rate
             write_json(path, report)
 
 
@@ -221,13 +222,17 @@ def table(args: argparse.Namespace, points: list[tuple[int, int]]) -> str:
             if r is None:
                 cells += ["-", "-"]
                 continue
-            cells.append(f"{r['tau']:.3f} ± {r['tau_stderr'] or 0:.3f}")
+            depth = r.get("settings", {}).get("depth", 5)
+            cells.append(
+                f"{r['tau']:.3f} ± {r['tau_stderr'] or 0:.3f}" + ("" if depth == 5 else f" (depth {depth})")
+            )
             depth, speedup = r.get("recommended_depth"), r.get("recommended_speedup")
             cells.append("-" if depth is None else f"{depth} ({speedup:.2f}x)" if depth else "off")
             lossless.append(bool(r.get("lossless")))
         wall = args.out / "train" / name / "wall_s.txt"
-        if name in extras:
-            wall = Path(extras[name][0]).parent / "wall_s.txt"
+        if name in extras:  # beside the checkpoint or in its run directory
+            ckpt = Path(extras[name][0])
+            wall = ckpt / "wall_s.txt" if (ckpt / "wall_s.txt").is_file() else ckpt.parent / "wall_s.txt"
         meta = [
             "-" if tokens is None else f"{tokens:,}",
             f"{epochs_for(tokens):g}" if name.startswith("tokens-") and tokens else "-",

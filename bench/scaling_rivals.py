@@ -152,8 +152,10 @@ def train_peers(
         print(f"[peers] {name}'s EAGLE-3: {steps} steps of {recipe.train.micro_batch_size}", flush=True)
         t0 = time.perf_counter()
         run(cmd, args.out / "logs" / f"peer-{name}.log")
-        (args.out / name / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
+        wall = f"{time.perf_counter() - t0:.1f}\n"
+        (args.out / name / "wall_s.txt").write_text(wall)
         converters[name](args.out / name, model, converted, recipe.draft.ttt_steps)
+        (converted / "wall_s.txt").write_text(wall)  # bench.scaling's table reads it beside the checkpoint
 
 
 def source_records(data: Any, count: int, out: Path) -> tuple[Path, Path | None]:

@@ -44,3 +44,38 @@ def test_each_size_trains_with_the_rule_and_the_overrides(
     final.mkdir(parents=True)
     scaling.train(args, samples=300, tokens=64 * 1024)
     assert len(commands) == 1  # a trained size is kept
+
+
+def test_the_table_names_a_shallower_depth_and_finds_an_extras_wall_time(tmp_path: Path) -> None:
+    import json
+
+    report = {
+        "tau": 1.5,
+        "tau_stderr": 0.02,
+        "recommended_depth": 2,
+        "recommended_speedup": 1.2,
+        "lossless": True,
+    }
+    (tmp_path / "eval").mkdir()
+    for name, depth in (("tokens-1000", 5), ("mtp", 2), ("peer", 5), ("ngram", 5)):
+        (tmp_path / "eval" / f"gsm8k-{name}.json").write_text(
+            json.dumps({**report, "settings": {"depth": depth}})
+        )
+    (tmp_path / "mtp" / "final").mkdir(parents=True)
+    (tmp_path / "mtp" / "wall_s.txt").write_text("61.0\n")  # a draftsmith run: its run directory
+    (tmp_path / "peer-converted").mkdir()
+    (tmp_path / "peer-converted" / "wall_s.txt").write_text("122.4\n")  # a converted peer: beside it
+    argv = ["--target", "T", "--mix", "m", "--cache", "C", "--out", str(tmp_path), "--sets", "gsm8k"]
+    argv += [
+        "--drafter",
+        f"mtp={tmp_path / 'mtp' / 'final'}@1000",
+        "--drafter",
+        f"peer={tmp_path}/peer-converted@1000",
+    ]
+    args = scaling.build_parser().parse_args(argv)
+
+    rows = {line.split(" | ")[0]: line for line in scaling.table(args, [(10, 1000)]).splitlines()}
+
+    assert "| 1.500 ± 0.020 (depth 2) | 2 (1.20x) |" in rows["| mtp"] and "| 61 s |" in rows["| mtp"]
+    assert "| 1.500 ± 0.020 | 2 (1.20x) |" in rows["| peer"] and "| 122 s |" in rows["| peer"]
+    assert "(depth" not in rows["| tokens-1000"]
