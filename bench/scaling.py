@@ -222,9 +222,10 @@ def table(args: argparse.Namespace, points: list[tuple[int, int]]) -> str:
             if r is None:
                 cells += ["-", "-"]
                 continue
-            depth = r.get("settings", {}).get("depth", 5)
+            evaluated = r.get("settings", {}).get("depth", 5)
             cells.append(
-                f"{r['tau']:.3f} ± {r['tau_stderr'] or 0:.3f}" + ("" if depth == 5 else f" (depth {depth})")
+                f"{r['tau']:.3f} ± {r['tau_stderr'] or 0:.3f}"
+                + ("" if evaluated == 5 else f" (depth {evaluated})")
             )
             depth, speedup = r.get("recommended_depth"), r.get("recommended_speedup")
             cells.append("-" if depth is None else f"{depth} ({speedup:.2f}x)" if depth else "off")
