@@ -72,8 +72,9 @@ def export_samples(recipe: Any, model: Any, out: Path) -> tuple[Path, int, int, 
     """The run's training samples as JSONL {input_ids, loss_mask}: (path, samples, tokens, longest, the
     `build_datasets` bundle they are the first of).
 
-    The same `build_datasets` call as the run's (its data settings, seed 0), checked against the run's cache:
-    the same number of samples and of tokens, or the rivals would not see the run's data.
+    The same `build_datasets` call as the run's (the settings its cache was built by, its seed), checked against
+    the cache: the data files' recorded sha256, the number of samples and of tokens, or the rivals would not see
+    the run's data.
     """
     from draftsmith.train.cache.store import CacheError, FeatureCache
     from draftsmith.train.core.data import DataConfig, build_datasets, sample_lengths
