@@ -170,8 +170,7 @@ def train(family: str, target: Path, data: list[Path], out: Path, epochs: float)
 def train_peers(target: Path, data: list[Path], out: Path, args: argparse.Namespace) -> list[str]:
     """The peers' EAGLE-3 (bench/bench_peers.py) on draftsmith's EAGLE-3 training samples, with its steps, batch,
     learning rate, warm-up, TTT depth and draft vocabulary; each converted to a draftsmith checkpoint."""
-    from bench.bench_peers import PEERS, eagle3_peer_command, export_training_data
-    from bench.convert_peers import modelopt_eagle3, speculators_eagle3
+    from bench.bench_peers import export_training_data
     from draftsmith.config.loader import load_config
     from draftsmith.models.target import FrozenTarget, TargetConfig
     from draftsmith.train.eagle import RECIPE
@@ -188,33 +187,58 @@ def train_peers(target: Path, data: list[Path], out: Path, args: argparse.Namesp
     batch = recipe.train.micro_batch_size
     steps = int(samples * args.epochs) // batch
     print(f"[peers] {samples} samples, {answer_tokens} answer tokens, {steps} steps of {batch}", flush=True)
+    train_converted_peers(
+        pythons, model, samples_file, out / "peers", out / "logs", steps, recipe.data.max_len, recipe
+    )
+    return wanted
+
+
+def train_converted_peers(
+    pythons: dict[str, str | None],
+    model: Any,
+    samples_file: Path,
+    peers_dir: Path,
+    log_dir: Path,
+    steps: int,
+    seq_len: int,
+    recipe: Any,
+) -> None:
+    """Train each peer with a python in `pythons` ({"modelopt" | "speculators": venv python}) on `samples_file`
+    with the EAGLE-3 recipe's batch, learning rate, warm-up, TTT depth and draft vocabulary, and convert it to a
+    draftsmith checkpoint, PEERS_DIR/NAME-converted (kept when there: a rerun continues); the wall time goes
+    beside both."""
+    from bench.bench_peers import PEERS, eagle3_peer_command
+    from bench.convert_peers import modelopt_eagle3, speculators_eagle3
+
     converters = {"modelopt": modelopt_eagle3, "speculators": speculators_eagle3}
-    names = []
-    for name in wanted:
-        converted = out / "peers" / f"{name}-converted"
-        if not (converted / "config.json").is_file():
-            peer = PEERS["eagle3"]["modelopt" if name == "modelopt" else "speculators-adamw"]
-            cmd = eagle3_peer_command(
-                peer,
-                pythons[name],
-                str(target),
-                samples_file,
-                out / "peers" / name,
-                steps,
-                recipe.data.max_len,
-                recipe.train.lr,
-                batch,
-                recipe.draft.ttt_steps,
-                recipe.draft.draft_vocab_size,
-                warmup_steps=int(steps * recipe.train.warmup_ratio),
-            )
-            print(f"[peers] training {name}'s EAGLE-3", flush=True)
-            t0 = time.perf_counter()
-            run(cmd, out / "logs" / f"peer-{name}.log")
-            (out / "peers" / name / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
-            converters[name](out / "peers" / name, model, converted, recipe.draft.ttt_steps)
-        names.append(name)
-    return names
+    for name, python in pythons.items():
+        converted = peers_dir / f"{name}-converted"
+        if not python or (converted / "config.json").is_file():
+            continue
+        peer = PEERS["eagle3"]["modelopt" if name == "modelopt" else "speculators-adamw"]
+        cmd = eagle3_peer_command(
+            peer,
+            python,
+            str(recipe.target.path),
+            samples_file,
+            peers_dir / name,
+            steps,
+            seq_len,
+            recipe.train.lr,
+            recipe.train.micro_batch_size,
+            recipe.draft.ttt_steps,
+            recipe.draft.draft_vocab_size,
+            warmup_steps=int(steps * recipe.train.warmup_ratio),
+        )
+        print(
+            f"[peers] training {name}'s EAGLE-3: {steps} steps of {recipe.train.micro_batch_size}", flush=True
+        )
+        t0 = time.perf_counter()
+        run(cmd, log_dir / f"peer-{name}.log")
+        wall = f"{time.perf_counter() - t0:.1f}\n"
+        (peers_dir / name / "wall_s.txt").write_text(wall)
+        converters[name](peers_dir / name, model, converted, recipe.draft.ttt_steps)
+        (converted / "wall_s.txt").write_text(wall)  # bench.scaling's table reads it beside the checkpoint
 
 
 EXTRA: dict[str, str] = {}  # --extra NAME=CKPT

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.real_target import FAMILIES, cli, run
+from bench.real_target import FAMILIES, cli, run, train_converted_peers
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,42 +121,6 @@ def export_samples(recipe: Any, model: Any, out: Path) -> tuple[Path, int, int, 
                 f"cache's ({len(cached)}, {sum(cached):,}): the data or its settings changed since the run"
             )
     return path, count, tokens, longest, data
-
-
-def train_peers(
-    args: argparse.Namespace, recipe: Any, model: Any, samples: Path, steps: int, seq_len: int
-) -> None:
-    from bench.bench_peers import PEERS, eagle3_peer_command
-    from bench.convert_peers import modelopt_eagle3, speculators_eagle3
-
-    pythons = {"modelopt": args.modelopt_python, "speculators": args.speculators_python}
-    converters = {"modelopt": modelopt_eagle3, "speculators": speculators_eagle3}
-    for name, python in pythons.items():
-        converted = args.out / f"{name}-converted"
-        if not python or (converted / "config.json").is_file():
-            continue
-        peer = PEERS["eagle3"]["modelopt" if name == "modelopt" else "speculators-adamw"]
-        cmd = eagle3_peer_command(
-            peer,
-            python,
-            recipe.target.path,
-            samples,
-            args.out / name,
-            steps,
-            seq_len,
-            recipe.train.lr,
-            recipe.train.micro_batch_size,
-            recipe.draft.ttt_steps,
-            recipe.draft.draft_vocab_size,
-            warmup_steps=int(steps * recipe.train.warmup_ratio),
-        )
-        print(f"[peers] {name}'s EAGLE-3: {steps} steps of {recipe.train.micro_batch_size}", flush=True)
-        t0 = time.perf_counter()
-        run(cmd, args.out / "logs" / f"peer-{name}.log")
-        wall = f"{time.perf_counter() - t0:.1f}\n"
-        (args.out / name / "wall_s.txt").write_text(wall)
-        converters[name](args.out / name, model, converted, recipe.draft.ttt_steps)
-        (converted / "wall_s.txt").write_text(wall)  # bench.scaling's table reads it beside the checkpoint
 
 
 def source_records(data: Any, count: int, out: Path) -> tuple[Path, Path | None]:
@@ -256,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     if families:
         records = source_records(data, n, args.out)
         check_records(*records, samples, recipe, model)
-    train_peers(args, recipe, model, samples, steps, longest)
+    pythons = {"modelopt": args.modelopt_python, "speculators": args.speculators_python}
+    train_converted_peers(pythons, model, samples, args.out, args.out / "logs", steps, longest, recipe)
     for family in families:
         train_family(args, recipe, family, steps, records)
     return 0
