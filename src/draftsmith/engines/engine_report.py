@@ -62,6 +62,7 @@ def build_report(
             "cpu_settings": cpu_settings,
         },
         "settings": report_settings(args, ours),
+        "measured": ours.get("measured"),  # the drafter, target and data the evaluator measured alike
         "vllm": vllm_figures(plain, spec_run, sum(same_as_plain) if greedy else None),
         "draftsmith": evaluator_figures(ours, mine),
         "answers": len(turns),

@@ -28,19 +28,21 @@ from tqdm.auto import tqdm
 
 from draftsmith.data.chat_render import render_prompt
 from draftsmith.data.conversations import prompt_turns, read_conversations, with_answers
+from draftsmith.data.fingerprint import source_hashes
 from draftsmith.data.formats import Conversation
 from draftsmith.eval.decoder import Generation, SpeculativeDecoder, plain_decode
 from draftsmith.eval.depth import Calibration, prediction, unpredicted
 from draftsmith.eval.drafters import load_drafter_spec, served_target
 from draftsmith.eval.drafters.base import Drafter
 from draftsmith.eval.drift import adapter_drift
-from draftsmith.eval.gate import FAIL, gate
+from draftsmith.eval.gate import FAIL, check_min_tau, gate
 from draftsmith.eval.report import TurnResult, markdown, per_prompt_rows, plot_acceptance, summarize
 from draftsmith.eval.sampling import Sampling
 from draftsmith.eval.settings import EvalArgs, parse_eval_args
 from draftsmith.eval.settings import build_parser as build_eval_parser
 from draftsmith.eval.spans import token_spans
 from draftsmith.eval.tree import TreeShape, parse_tree
+from draftsmith.models.claims import drafter_record
 from draftsmith.models.target import FrozenTarget, TargetConfig, stop_token_ids
 from draftsmith.runtime.display import pyplot
 from draftsmith.runtime.errors import run_main
@@ -101,16 +103,35 @@ def evaluate(
             "skipped_turns": skipped,
             "lossless": lossless,
             "settings": report_settings(args, depth, shape, drafter, target),
+            "measured": measured(args, drafter, target, turns),
             "per_prompt": rows,
         }
     )
     return report
 
 
+def measured(args: EvalArgs, drafter: Any, target: FrozenTarget, turns: list[TurnResult]) -> dict[str, Any]:
+    """What the report measured (models/claims.py): the drafter by its weights' sha256, the target by its
+    identity, the data by its content and the prompts and tokens it gave."""
+    return {
+        "drafter": drafter_record(args.drafter, getattr(drafter, "name", type(drafter).__name__)),
+        "target": target.identity(),
+        "data": {
+            "source": args.data,
+            "sha256": source_hashes([args.data]).get(args.data),
+            "prompts": len({t.item for t in turns}),
+            "turns": len(turns),
+            "prompt_tokens": sum(t.prompt_tokens for t in turns),
+            "new_tokens": sum(len(t.spec.tokens) for t in turns),
+        },
+    }
+
+
 def check_settings(args: EvalArgs) -> Sampling:
     """The sampling settings, once settings that contradict each other and a bad --tree are refused (before
     anything is loaded)."""
-    sampling = Sampling(args.temperature, args.top_p, args.top_k)
+    check_min_tau(args.min_tau)
+    sampling = Sampling(args.temperature, args.top_p, args.top_k)  # refuses NaN, infinity, negatives
     if args.check_lossless and not sampling.greedy:
         raise ValueError("--check-lossless compares with greedy decoding: it needs --temperature 0")
     if args.check_lossless and not args.baseline:

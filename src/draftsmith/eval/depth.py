@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from draftsmith.models.claims import EVALUATOR_COSTS
+
 
 def predictable_depth(acceptance_by_depth: Sequence[float | None], verify_cost_s: Sequence[float]) -> int:
     """The deepest K the report can predict: the measured depths up to the first one without a rate, and at
@@ -139,6 +141,7 @@ def prediction(
         "expected_speedup_by_depth": speedups,
         "recommended_depth": depth,
         "recommended_speedup": speedup,
+        "depth_costs": EVALUATOR_COSTS,
     }
 
 
@@ -162,6 +165,7 @@ def unpredicted() -> dict[str, Any]:
         "expected_speedup_by_depth": None,
         "recommended_depth": None,
         "recommended_speedup": None,
+        "depth_costs": None,
     }
 
 
@@ -175,7 +179,8 @@ def verdict(report: dict[str, Any]) -> str:
         return "- (predicted for chains only; this run drafted a tree)"
     if depth is None:
         return "- (no measured depth to predict from)"
+    costs = f"by the costs of {EVALUATOR_COSTS}, not an engine's"
     if depth == 0:
         best = max(range(len(speedups)), key=lambda i: speedups[i])
-        return f"speculation off: no depth pays (best K={best + 1}: {speedups[best]:.2f}x)"
-    return f"recommended depth: {depth} (expected {report['recommended_speedup']:.2f}x)"
+        return f"speculation off {costs}: no depth pays (best K={best + 1}: {speedups[best]:.2f}x)"
+    return f"recommended depth: {depth} (expected {report['recommended_speedup']:.2f}x {costs})"

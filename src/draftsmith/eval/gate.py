@@ -7,8 +7,11 @@ Fails (exit status 3, one line saying why) when:
   - the report's T=0 lossless check failed (the drafter changed the target's output: never ship that);
   - tau < --min-tau;
   - with --baseline: tau fell by more than --max-drop (a fraction of the baseline's tau). The two reports must
-    have been measured alike (same target, data, prompts, temperature, tree, depth), or the comparison is
-    refused (exit status 2), since a different setting changes tau by itself.
+    have been measured alike (the same target by its identity, the same data by its content, the same prompts,
+    temperature, tree and depth), or the comparison is refused (exit status 2), since a different setting
+    changes tau by itself.
+A report that is not a measurement (no tau, a tau that is not a finite number of at least 1) and a --min-tau or
+--max-drop that is not a finite number are refused in one line (exit status 2).
 Passes (exit status 0) with one line of figures otherwise.
 """
 
@@ -16,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from draftsmith.models.claims import ClaimError, alike_difference, check_values
 from draftsmith.runtime.errors import run_main
 
 FAIL = 3
@@ -47,11 +52,10 @@ def read_report(path: Path) -> dict[str, Any]:
         report = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise GateUsageError(f"cannot read report {path}: {err}") from None
-    if not isinstance(report, dict) or "tau" not in report or "settings" not in report:
-        raise GateUsageError(
-            f"{path} is not a draftsmith eval report (no tau / settings); write one with --report"
-        )
-    return report
+    try:
+        return check_values(report, str(path))
+    except ClaimError as err:
+        raise GateUsageError(str(err)) from None
 
 
 def gate(
@@ -68,10 +72,10 @@ def gate(
     line = f"tau {tau:.3f}"
     if baseline is not None:
         differ = [k for k in COMPARABLE if report["settings"].get(k) != baseline["settings"].get(k)]
-        if differ:
-            detail = ", ".join(
-                f"{k}: {baseline['settings'].get(k)!r} -> {report['settings'].get(k)!r}" for k in differ
-            )
+        detail = ", ".join(
+            f"{k}: {baseline['settings'].get(k)!r} -> {report['settings'].get(k)!r}" for k in differ
+        ) or alike_difference(baseline, report)
+        if detail:
             raise GateUsageError(
                 f"the reports were not measured alike ({detail}); re-run both with the same settings"
             )
@@ -104,20 +108,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_min_tau(min_tau: float | None) -> None:
+    """Refuse a --min-tau no tau can be compared with (NaN passes every comparison), before anything loads."""
+    if min_tau is not None and not (math.isfinite(min_tau) and min_tau >= 1):
+        raise GateUsageError(
+            f"--min-tau must be a finite tau of at least 1 (1 = plain decoding), got {min_tau}"
+        )
+
+
+def usage(message: str) -> int:
+    """A report or option that cannot be gated: one `error:` line, exit status 2."""
+    print(f"error: draftsmith gate: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.min_tau is None and args.baseline is None:
-        print("draftsmith gate: pass --min-tau X, --baseline OLD.json, or both", file=sys.stderr)
-        return 2
+        return usage("pass --min-tau X, --baseline OLD.json, or both")
     if not 0 <= args.max_drop < 1:
-        print(f"draftsmith gate: --max-drop is a fraction in [0, 1), got {args.max_drop}", file=sys.stderr)
-        return 2
+        return usage(f"--max-drop is a fraction in [0, 1), got {args.max_drop}")
     try:
+        check_min_tau(args.min_tau)
         baseline = read_report(args.baseline) if args.baseline else None
         passed, reason = gate(read_report(args.report), baseline, args.min_tau, args.max_drop)
     except GateUsageError as err:
-        print(f"draftsmith gate: {err}", file=sys.stderr)
-        return 2
+        return usage(str(err))
     print(f"gate {'PASSED' if passed else 'FAILED'}: {reason}")
     return 0 if passed else FAIL
 

@@ -209,7 +209,7 @@ def markdown(report: dict[str, Any]) -> str:
             "expected speedup by depth (measured costs)",
             " ".join(fmt_value(x, 2) for x in report.get("expected_speedup_by_depth") or []) or "-",
         ),
-        ("draft depth to serve", verdict(report)),
+        ("recommended depth (whose costs)", verdict(report)),
         ("lossless (T=0 check)", fmt_value(report["lossless"])),
     ]
     drift = report.get("adapter_drift")

@@ -150,3 +150,54 @@ def commit_dir(tmp: Path, final_dir: Path) -> None:
         shutil.rmtree(old)
     else:
         os.replace(tmp, final_dir)
+
+
+def file_manifest(directory: Path, leave_out: tuple[str, ...] = ()) -> dict[str, str]:
+    """`{relative path: sha256}` of every file under `directory` but `leave_out`: what a writer records of the
+    files it wrote, so that `check_replaceable` can tell them from a user's."""
+    return {
+        p.relative_to(directory).as_posix(): sha256_file(p)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.relative_to(directory).as_posix() not in leave_out
+    }
+
+
+def check_replaceable(directory: Path, manifest_name: str, flag: str, what: str) -> None:
+    """Refuse, before any work, to replace `directory` unless it is absent, empty, or holds only the files
+    draftsmith wrote there: each listed in its manifest (`manifest_name`'s `files`, `file_manifest`) with the
+    sha256 it was written with (a listed file since removed is fine). A user's file added to an output
+    directory, or one edited in place, is never deleted by the next write.
+
+    Raises:
+        UserError: naming the directory and the first file that is not draftsmith's as written.
+    """
+    directory = Path(directory).expanduser()
+    if not directory.exists():
+        return
+    if not directory.is_dir():
+        raise UserError(f"{flag} {directory} is a file, not a directory; choose a new or empty directory")
+    found = [p for p in sorted(directory.rglob("*")) if p.is_file()]
+    if not found:
+        return
+    manifest = directory / manifest_name
+    record = read_json(manifest) if manifest.is_file() else None
+    listed = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(listed, dict):
+        raise UserError(
+            f"{directory} exists and is not {what} (no {manifest_name} listing its files); choose an empty or "
+            f"new {flag} directory, or remove this one yourself"
+        )
+    for path in found:
+        name = path.relative_to(directory).as_posix()
+        if name == manifest_name:
+            continue
+        if name not in listed:
+            raise UserError(
+                f"{flag} {directory} holds {name}, which draftsmith did not write there and which replacing the "
+                f"directory would delete; move it out, or choose another {flag} directory"
+            )
+        if sha256_file(path) != listed[name]:
+            raise UserError(
+                f"{flag} {directory}: {name} was changed after draftsmith wrote it, and replacing the directory "
+                f"would lose the change; move it out, or choose another {flag} directory"
+            )

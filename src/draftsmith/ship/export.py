@@ -30,10 +30,10 @@ from draftsmith.models.checkpoint import read_drafter_config, read_drafter_weigh
 from draftsmith.models.draft_lm import METADATA_NAME
 from draftsmith.models.families import ENGINES, family
 from draftsmith.models.serving import engine_table
-from draftsmith.runtime.files import read_json, verify_hashes, write_text
+from draftsmith.runtime.files import check_replaceable, read_json, verify_hashes, write_text
 from draftsmith.runtime.run_lock import RunLock
 
-from .layouts.common import Export, ExportError, LayoutSpec, validate, write_export
+from .layouts.common import EXPORT_RECORD, Export, ExportError, LayoutSpec, validate, write_export
 from .layouts.draft_lm import read_draft_lm_state
 from .layouts.target_info import TargetInfo, rope_settings
 from .serve_depth import check_depth_option, choose_depth
@@ -159,20 +159,19 @@ def export(
     target = TargetInfo(target_path or source["target_name"], revision or source["target"].get("revision"))
     check_target(source, target)
     built, spec = layout(source, target, to)
-    built.depth_choice = choose_depth(built, source["dir"], report, num_speculative_tokens)
+    built.depth_choice = choose_depth(built, source, report, num_speculative_tokens)
     passed = validate(built, spec, target)
-    out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (out / "draftsmith_export.json").is_file():
-        raise ExportError(
-            f"{out} exists and is not a draftsmith export; choose an empty or new --out directory"
-        )
+    out = Path(out).expanduser()
     src_info = {"checkpoint": str(Path(ckpt).resolve()), "kind": kind, "target": source["target_name"]}
-    # One writer per export directory (the lock sits beside it: the directory holds only the export).
-    with RunLock(out.parent, "export", name=f".{out.name}.draftsmith.lock"):
-        write_export(built, out, src_info, passed)
     eval_json = source["dir"] / "eval.json"
     if eval_json.is_file():  # the measured report travels with the export (the Hub card reads it)
-        write_text(out / "eval.json", eval_json.read_text())
+        text = eval_json.read_text()
+        built.extra["eval.json"] = lambda tmp: write_text(tmp / "eval.json", text)
+    # One writer per export directory (the lock sits beside it: the directory holds only the export).
+    with RunLock(out.parent, "export", name=f".{out.name}.draftsmith.lock"):
+        # an earlier export is replaced only when it holds nothing but what draftsmith wrote there
+        check_replaceable(out, EXPORT_RECORD, "--out", "a draftsmith export")
+        write_export(built, out, src_info, passed)
     return out, passed, built
 
 

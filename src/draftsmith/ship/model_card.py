@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from draftsmith.models.claims import EVALUATOR_COSTS, drafter_label, is_baseline
 from draftsmith.models.families import Family, family
 from draftsmith.runtime.display import fmt_value as _fmt
 from draftsmith.runtime.display import table
@@ -24,18 +25,20 @@ from .serve_depth import combined_depths, measured_speedups
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
-# The tau table's columns: what a report was measured under, then what it measured.
-SETTING_COLUMNS = ["data", "prompts", "T", "top-p", "depth", "tree", "seed"]
+# The tau table's columns: what was measured, under what, then what it measured.
+SETTING_COLUMNS = ["drafter", "data", "prompts", "T", "top-p", "depth", "tree", "seed"]
 FIGURE_COLUMNS = ["tau", "± s.e.", "alpha", "speedup", "lossless"]
 
 
-def tau_table(reports: list[dict[str, Any]]) -> list[str]:
-    """One row per acceptance report: its settings and measured figures (tau in bold)."""
+def tau_table(reports: list[dict[str, Any]], baselines: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """One row per acceptance report: its settings and measured figures (tau in bold); the drafter's reports
+    first, then each baseline's (ngram's), named as the baseline it is."""
     rows = []
-    for r in reports:
+    for r in [*reports, *baselines]:
         s = r.get("settings", {})
         rows.append(
             [
+                f"{drafter_label(r)} (baseline)" if is_baseline(r) else "this drafter",
                 data_label(s.get("data", "-")),
                 r.get("num_prompts", "-"),
                 _fmt(s.get("temperature"), 1),
@@ -78,12 +81,12 @@ def recommendation_table(reports: list[dict[str, Any]]) -> list[str]:
             continue
         s = r.get("settings", {})
         device = s.get("versions", {}).get("device_name", "-")
-        rows.append(
-            [data_label(s.get("data", "-")), _fmt(s.get("temperature"), 1), *_recommended_cells(r), device]
-        )
+        costs = r.get("depth_costs") or EVALUATOR_COSTS  # reports before the key: the evaluator's
+        cells = [data_label(s.get("data", "-")), _fmt(s.get("temperature"), 1), *_recommended_cells(r)]
+        rows.append([*cells, costs, device])
     if not rows:
         return []
-    return table(["data", "T", "recommended depth", "expected speedup", "device"], rows)
+    return table(["data", "T", "recommended depth", "expected speedup", "costs of", "device"], rows)
 
 
 def _recommended_cells(report: dict[str, Any]) -> list[str]:
@@ -123,14 +126,16 @@ def render_card(
     exports: dict[str, dict[str, Any]],
     license_id: str,
     engines: Sequence[dict[str, Any]] = (),
+    baselines: Sequence[dict[str, Any]] = (),
 ) -> str:
     """README.md for `repo` (see the module docstring); `engines`: `engine-eval` reports (one per data set),
-    whose vLLM figures get a section of their own."""
+    whose vLLM figures get a section of their own; `baselines`: baselines' reports (ngram's), cited beside the
+    drafter's by name."""
     record = family(source["kind"])
     base = source["target"].get("name_or_path", "")
     out = _front_matter(record, base, license_id)
     out += _introduction(repo, record, base, source["config"])
-    out += _measured_section(reports)
+    out += _measured_section(reports, baselines)
     out += _engine_section(engines[0]) if len(engines) == 1 else _engine_sets_section(engines)
     out += _drafter_section(source, record, base)
     out += _training_section(source)
@@ -165,7 +170,7 @@ def _introduction(repo: str, record: Family, base: str, config: dict[str, Any]) 
     ]
 
 
-def _measured_section(reports: list[dict[str, Any]]) -> list[str]:
+def _measured_section(reports: list[dict[str, Any]], baselines: Sequence[dict[str, Any]] = ()) -> list[str]:
     """The acceptance tables of the reports, or the statement that nothing was measured."""
     out = ["## Measured acceptance", ""]
     if not reports:
@@ -177,7 +182,7 @@ def _measured_section(reports: list[dict[str, Any]]) -> list[str]:
         "below (a CPU figure says nothing about GPU serving).",
         "",
     ]
-    out += tau_table(reports) + [""]
+    out += tau_table(reports, baselines) + [""]
     depths = depth_table(reports)
     if depths:
         out += (
@@ -189,8 +194,10 @@ def _measured_section(reports: list[dict[str, Any]]) -> list[str]:
             "The draft depth to serve (vLLM's `num_speculative_tokens`; the vLLM export uses the first report's, "
             "unless vLLM's own measurement below timed several depths): "
             "the one with the highest expected speedup, predicted from the acceptance at each depth and the "
-            "measured cost of a draft step and of a verification on the device named; off when no depth beats "
-            "plain decoding.",
+            "measured cost of a draft step and of a verification on the device named, in the loop the "
+            "`costs of` column names; off when no depth beats plain decoding. draftsmith's evaluator loop drafts "
+            "one token at a time in Python: its costs are not a serving engine's, and vLLM's own measurement "
+            "(below, where given) is the serving verdict.",
             "",
             *recommended,
             "",

@@ -29,10 +29,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from draftsmith.models.claims import check_baseline, check_engine_of_checkpoint, check_of_checkpoint
 from draftsmith.models.families import family
 from draftsmith.models.serving import serving_engines
 from draftsmith.runtime.errors import UserError
-from draftsmith.runtime.files import write_json, write_text
+from draftsmith.runtime.files import atomic_dir, write_json, write_text
 
 from .export import export, read_source
 from .layouts.target_info import TargetInfo
@@ -43,13 +44,27 @@ from .serve_depth import combined_depths
 ENGINE_FOLDER = "engines"
 
 
+def check_repo_id(repo: str, flag: str) -> None:
+    """Refuse a repository id the Hub would refuse (huggingface_hub's own rule: no '--' or '..', no leading or
+    trailing '-' or '.', at most 96 characters), before anything is written."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if not HUB_ID.match(repo):
+        raise ValueError(f"{flag} {repo!r}: expected ORG/NAME (letters, digits, '-', '_', '.')")
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as err:
+        raise ValueError(
+            f"{flag} {repo!r}: not a valid Hub repository id ({' '.join(str(err).split())[:160]})"
+        ) from None
+
+
 def hub_target(source: dict[str, Any], target: str | None, target_repo: str | None) -> str:
     """The Hub id the upload names the target by: `--target-repo`, else the checkpoint's (or --target's) target
     when that is a Hub id. A target known only as a local directory needs --target-repo: the card and configs
     must not publish a local path."""
     if target_repo is not None:
-        if not HUB_ID.match(target_repo):
-            raise ValueError(f"--target-repo {target_repo!r}: expected the target's Hub id, ORG/NAME")
+        check_repo_id(target_repo, "--target-repo")
         return target_repo
     for name in (target, source["target_name"]):
         if name and HUB_ID.match(name) and not Path(name).expanduser().exists():
@@ -105,41 +120,71 @@ def stage(
     target: str | None = None,
     target_repo: str | None = None,
     engine_reports: Sequence[Path] = (),
+    baseline_reports: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Write the folder that `push` uploads into `folder` (must not exist or be empty); returns a summary.
     The target is named by its Hub id everywhere in it (`hub_target`), and no absolute local path remains.
-    `engine_reports` (`engine-eval` reports, one per data set) travel as engine-eval.json, engine-eval-1.json,
-    ..., get the card's vLLM section and, with `--depths`, set the vLLM export's depth: the one vLLM measured
-    fastest, over several sets the one with the highest geometric-mean speedup (engine-eval-depths.json)."""
+    Every report is checked first (`check_claims`); the folder is written whole or not at all, so a failure
+    leaves it as it was. `engine_reports` (`engine-eval` reports, one per data set) travel as engine-eval.json,
+    engine-eval-1.json, ..., get the card's vLLM section and, with `--depths`, set the vLLM export's depth: the
+    one vLLM measured fastest, over several sets the one with the highest geometric-mean speedup
+    (engine-eval-depths.json). `baseline_reports` (ngram's, measured alike) are cited beside the drafter's by
+    name, as baselines."""
     src = Path(ckpt).expanduser()
     source = read_source(src)
     public_target = hub_target(source, target, target_repo)
     files = _report_files(src, reports, allow_unmeasured)
+    loaded, engines, baselines = check_claims(source, files, engine_reports, baseline_reports)
+    combined = combined_depths(engines)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(f"{folder} is not an empty directory; --dry-run needs a new or empty directory")
+    with atomic_dir(folder) as tmp:
+        _copy_checkpoint(src, tmp)
+        if len(loaded) > 1 or files[:1] != [src / "eval.json"]:
+            for i, report in enumerate(loaded):  # the reports the card cites travel with it
+                write_json(tmp / ("eval.json" if i == 0 else f"eval-{i}.json"), report)
+        for i, report in enumerate(baselines):
+            write_json(tmp / f"baseline-eval{'' if i == 0 else f'-{i}'}.json", report)
+        for i, engine in enumerate(engines):
+            write_json(tmp / ("engine-eval.json" if i == 0 else f"engine-eval-{i}.json"), engine)
+        depth_report = next(
+            (tmp / _engine_name(i) for i, e in enumerate(engines) if "depth_check" in e), None
+        )
+        if combined is not None:
+            depth_report = tmp / "engine-eval-depths.json"
+            write_json(depth_report, combined)
+        exports = _export_engines(src, source, tmp, target, depth_report or (files[0] if files else None))
+        card_source = {**source, "target": {**source["target"], "name_or_path": public_target}}
+        card = render_card(repo, card_source, loaded, exports, license_id, engines, baselines)
+        write_text(tmp / "README.md", card)
+        scrub_local_paths(tmp, _public_names(target or source["target_name"], public_target))
+    return {"folder": str(folder), "engines": list(exports), "reports": len(loaded), "target": public_target}
+
+
+def _engine_name(i: int) -> str:
+    return "engine-eval.json" if i == 0 else f"engine-eval-{i}.json"
+
+
+def check_claims(
+    source: dict[str, Any],
+    files: Sequence[Path],
+    engine_reports: Sequence[Path],
+    baseline_reports: Sequence[Path],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The drafter's reports, vLLM's and the baselines', each checked before anything is written
+    (models/claims.py): every --eval and --engine-report measured this checkpoint's weights on its target; every
+    --baseline-eval measured a baseline on the same target, prompts and settings as one of the drafter's."""
+    ckpt, target = source["dir"], source["target"]
     loaded = read_reports(files, "--eval")
+    for path, report in zip(files, loaded, strict=True):
+        check_of_checkpoint(report, f"--eval {path}", ckpt, target)
     engines = read_reports(engine_reports, "--engine-report")
     for path, engine in zip(engine_reports, engines, strict=True):
-        if not {"vllm", "engine", "draftsmith"} <= set(engine):
-            raise ValueError(f"--engine-report {path}: not an `engine-eval` report (no vllm/engine keys)")
-    combined = combined_depths(engines)
-    if folder.exists() and any(folder.iterdir()):
-        raise ValueError(f"{folder} is not empty; --dry-run needs a new or empty directory")
-    folder.mkdir(parents=True, exist_ok=True)
-    _copy_checkpoint(src, folder)
-    if len(loaded) > 1 or files[:1] != [src / "eval.json"]:
-        for i, report in enumerate(loaded):  # the reports the card cites travel with it
-            write_json(folder / ("eval.json" if i == 0 else f"eval-{i}.json"), report)
-    for i, engine in enumerate(engines):
-        write_json(folder / ("engine-eval.json" if i == 0 else f"engine-eval-{i}.json"), engine)
-    depth_report = next((p for p, e in zip(engine_reports, engines, strict=True) if "depth_check" in e), None)
-    if combined is not None:
-        depth_report = folder / "engine-eval-depths.json"
-        write_json(depth_report, combined)
-    exports = _export_engines(src, source, folder, target, depth_report or (files[0] if files else None))
-    card_source = {**source, "target": {**source["target"], "name_or_path": public_target}}
-    card = render_card(repo, card_source, loaded, exports, license_id, engines)
-    write_text(folder / "README.md", card)
-    scrub_local_paths(folder, _public_names(target or source["target_name"], public_target))
-    return {"folder": str(folder), "engines": list(exports), "reports": len(loaded), "target": public_target}
+        check_engine_of_checkpoint(engine, f"--engine-report {path}", ckpt, source["kind"], target)
+    baselines = read_reports(baseline_reports, "--baseline-eval")
+    for path, report in zip(baseline_reports, baselines, strict=True):
+        check_baseline(report, f"--baseline-eval {path}", target, loaded)
+    return loaded, engines, baselines
 
 
 def _report_files(src: Path, reports: list[Path] | None, allow_unmeasured: bool) -> list[Path]:
@@ -288,6 +333,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the fastest on the geometric mean of the sets' speedups)",
     )
     p.add_argument(
+        "--baseline-eval",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="REPORT",
+        help="a baseline's acceptance report (`draftsmith eval --drafter ngram`, on the same prompts and settings "
+        "as an --eval report): the card cites it beside the drafter's, by name; repeatable",
+    )
+    p.add_argument(
         "--dry-run", default=None, metavar="DIR", help="write the folder that would be uploaded; no upload"
     )
     p.add_argument("--message", default=None, help="commit message")
@@ -296,8 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(argv) if argv is not None else None)
-    if not HUB_ID.match(args.repo):
-        raise ValueError(f"--repo {args.repo!r}: expected ORG/NAME (letters, digits, '-', '_', '.')")
+    check_repo_id(args.repo, "--repo")
     reports = [Path(f) for f in args.eval] if args.eval else None
     if args.dry_run:
         summary = stage(
@@ -310,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.target,
             args.target_repo,
             args.engine_report,
+            args.baseline_eval,
         )
         files = sorted(str(p.relative_to(args.dry_run)) for p in Path(args.dry_run).rglob("*") if p.is_file())
         print(
@@ -331,6 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.target,
             args.target_repo,
             args.engine_report,
+            args.baseline_eval,
         )
         message = args.message or f"draftsmith: {read_source(args.checkpoint)['kind']} drafter"
         url = upload(folder, args.repo, args.private, args.revision, message)

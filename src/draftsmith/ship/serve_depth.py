@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from draftsmith.models.checkpoint import WEIGHTS_NAME as WEIGHTS
-from draftsmith.runtime.files import sha256_file
+from draftsmith.models.claims import check_engine_of_checkpoint, check_of_checkpoint
 
 from .layouts.common import Export, ExportError
 from .reports import data_label, read_reports, report_files
@@ -57,40 +56,21 @@ def set_speculative_depth(export: Export, depth: int) -> None:
             method["speculative_tokens"] = depth
 
 
-def measured_report(ckpt_dir: Path, report: str | Path | None) -> tuple[Path, dict[str, Any]] | None:
-    """`(path, report)` of the evaluator report export reads the depth from: `report`, else the checkpoint's
-    eval.json (the lookup `push` cites on the card); None when there is none."""
-    files = report_files(ckpt_dir, [Path(report)] if report is not None else None)
+def measured_report(source: dict[str, Any], report: str | Path | None) -> tuple[Path, dict[str, Any]] | None:
+    """`(path, report)` of the report export reads the depth from: `report`, else the checkpoint's eval.json
+    (the lookup `push` cites on the card); None when there is none. It is checked to be a measurement of this
+    checkpoint's drafter, weights and target (models/claims.py): an evaluator report, or vLLM's own
+    (`engine-eval`)."""
+    files = report_files(source["dir"], [Path(report)] if report is not None else None)
     if not files:
         return None
     loaded = read_reports(files[:1], "--report" if report is not None else "")[0]
-    check_measured_drafter(ckpt_dir, files[0], loaded)
+    where = f"{'--report ' if report is not None else ''}{files[0]}"
+    if "depth_check" in loaded or "engine" in loaded:
+        check_engine_of_checkpoint(loaded, where, source["dir"], source["kind"], source["target"])
+    else:
+        check_of_checkpoint(loaded, where, source["dir"], source["target"])
     return files[0], loaded
-
-
-def check_measured_drafter(ckpt_dir: Path, path: Path, report: dict[str, Any]) -> None:
-    """Refuse a report that measured another drafter: prompt lookup, or a checkpoint directory that still exists
-    and holds other weights than `ckpt_dir` (a copy of the same checkpoint is accepted). A report that names no
-    drafter, or one that is gone, is taken on trust.
-
-    Raises:
-        ExportError: naming the drafter the report measured.
-    """
-    measured = report.get("drafter") or (report.get("settings") or {}).get("drafter")
-    if not isinstance(measured, str):
-        return
-    fix = "pass a report of this checkpoint, or set the depth with --num-speculative-tokens"
-    if measured == "ngram":
-        raise ExportError(f"{path} measures ngram (prompt lookup), not the drafter in {ckpt_dir}; {fix}")
-    other, ours = Path(measured) / WEIGHTS, Path(ckpt_dir) / WEIGHTS
-    if not other.is_file() or (ours.is_file() and other.samefile(ours)):
-        return
-    if _weights_digest(other) != _weights_digest(ours):
-        raise ExportError(f"{path} measures the drafter in {measured}, not the one in {ckpt_dir}; {fix}")
-
-
-def _weights_digest(weights: Path) -> str | None:
-    return sha256_file(weights) if weights.is_file() else None
 
 
 def check_depth_option(override: int | None) -> None:
@@ -100,7 +80,7 @@ def check_depth_option(override: int | None) -> None:
 
 
 def choose_depth(
-    built: Export, ckpt_dir: Path, report: str | Path | None, override: int | None
+    built: Export, source: dict[str, Any], report: str | Path | None, override: int | None
 ) -> dict[str, Any] | None:
     """How many tokens vLLM drafts per step, set in `built` and returned as the record draftsmith_export.json
     keeps (`num_speculative_tokens`, `chosen_by`, the report and its recommendation, the summary's `message` and
@@ -113,7 +93,7 @@ def choose_depth(
                 f"--num-speculative-tokens sets vLLM's speculative config; {built.layout} has none (use --to vllm)"
             )
         return None
-    found = measured_report(ckpt_dir, report)
+    found = measured_report(source, report)
     path, measured = (str(found[0]), recommendation(found[1])) if found else (None, {})
     depth, chosen_by, message = _depth_and_reason(built, path, measured, override)
     if chosen_by != "default":  # the layout's default stays exactly as the layout wrote it
@@ -146,6 +126,7 @@ def recommendation(report: dict[str, Any]) -> dict[str, Any]:
         "recommended_speedup": speedups[fastest] if paid else 1.0,
         "expected_speedup_by_depth": [speedups.get(k, 0.0) for k in range(1, max(speedups) + 1)],
         "recommended_by": "measured fastest in vLLM",
+        "depth_costs": "vLLM (measured)",
     }
 
 
@@ -220,6 +201,9 @@ def combined_depths(engines: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         for k in shared
     ]
     return {
+        "kind": measured[0].get("kind"),
+        "engine": measured[0].get("engine"),
+        "measured": measured[0].get("measured"),  # one drafter, each report checked against it (push)
         "settings": measured[0].get("settings", {}),
         "sets": [data_label(e["settings"]["data"]) for e in measured],
         "depth_check": {

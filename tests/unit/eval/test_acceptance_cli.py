@@ -103,7 +103,7 @@ def test_mt_bench_two_turns_report_plot_and_lossless_check(tiny_toy_target, shar
     )
     assert report["expected_speedup_by_depth"] == pytest.approx(speedups) and speedups
     assert (report["recommended_depth"], report["recommended_speedup"]) == pytest.approx(recommend(speedups))
-    assert f"| draft depth to serve | {verdict(report)} |" in out
+    assert f"| recommended depth (whose costs) | {verdict(report)} |" in out
 
 
 def test_second_turn_is_conditioned_on_the_models_own_first_answer():

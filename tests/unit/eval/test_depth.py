@@ -49,7 +49,9 @@ def test_no_acceptance_switches_speculation_off():
     assert speedups == pytest.approx([1 / 1.1, 1 / 1.2])
     assert recommend(speedups) == (0, 1.0)
     report = {"expected_speedup_by_depth": speedups, "recommended_depth": 0, "recommended_speedup": 1.0}
-    assert verdict(report) == "speculation off: no depth pays (best K=1: 0.91x)"
+    assert verdict(report) == (
+        "speculation off by the costs of draftsmith's evaluator loop, not an engine's: no depth pays (best K=1: 0.91x)"
+    )
     # Exactly as fast as plain decoding does not pay either.
     assert recommend([1.0, 0.9]) == (0, 1.0)
 
@@ -102,8 +104,11 @@ def test_the_report_keys_and_the_table_line():
         "expected_speedup_by_depth": pytest.approx([1.2, 1.0]),
         "recommended_depth": 1,
         "recommended_speedup": pytest.approx(1.2),
+        "depth_costs": "draftsmith's evaluator loop",
     }
-    assert verdict(keys) == "recommended depth: 1 (expected 1.20x)"
+    assert verdict(keys) == (
+        "recommended depth: 1 (expected 1.20x by the costs of draftsmith's evaluator loop, not an engine's)"
+    )
     # No step drafted anything (an n-gram drafter that never matched): nothing to recommend, not "off".
     nothing = prediction([], None, [1.0, 1.0])
     assert nothing["recommended_depth"] is None and nothing["expected_speedup_by_depth"] == []
@@ -147,7 +152,10 @@ def test_the_evaluator_table_shows_speedup_by_depth_and_the_recommendation():
     settings = {"drafter": "d", "tree": "chain", "depth": 2, "temperature": 0, "top_p": 1, "top_k": 0}
     table = markdown({**report, "settings": settings, "num_prompts": 1, "num_turns": 1, "lossless": None})
     assert "| expected speedup by depth (measured costs) | 1.60 1.43 |" in table
-    assert "| draft depth to serve | recommended depth: 1 (expected 1.60x) |" in table
+    assert (
+        "| recommended depth (whose costs) | recommended depth: 1 (expected 1.60x by the costs of draftsmith's "
+        "evaluator loop, not an engine's) |" in table
+    )
 
 
 def test_the_calibration_makes_the_runs_own_depth_its_measured_speedup():

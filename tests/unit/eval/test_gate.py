@@ -60,7 +60,7 @@ def test_usage_errors_are_one_line(tmp_path, capsys):
     assert main(["--report", write(tmp_path, "a.json", 2.0)]) == 2  # no bar given
     (tmp_path / "junk.json").write_text("{}")
     assert main(["--report", str(tmp_path / "junk.json"), "--min-tau", "1"]) == 2
-    assert "not a draftsmith eval report" in capsys.readouterr().err
+    assert "is not a `draftsmith eval` report" in capsys.readouterr().err
     assert cli_main(["gate", "--report", write(tmp_path, "c.json", 1.0), "--min-tau", "2"]) == 3
     with pytest.raises(SystemExit):
         main(["--help"])

@@ -24,3 +24,24 @@ REPORT = {
         },
     },
 }
+
+
+def measured(ckpt, data: str = "mt_bench.jsonl") -> dict:
+    """The `measured` record `draftsmith eval` writes of the checkpoint in `ckpt` (models/claims.py): its
+    weights' sha256, its target's identity, the data."""
+    import json
+    from pathlib import Path
+
+    from draftsmith.models.claims import drafter_record
+
+    config = json.loads((Path(ckpt) / "config.json").read_text())
+    return {
+        "drafter": drafter_record(str(ckpt), config["kind"]),
+        "target": config["target"],
+        "data": {"source": data, "sha256": None, "prompts": 20},
+    }
+
+
+def of(ckpt, report: dict) -> dict:
+    """`report` as a measurement of the checkpoint in `ckpt`."""
+    return {**report, "measured": measured(ckpt, report.get("settings", {}).get("data", "mt_bench.jsonl"))}

