@@ -36,7 +36,14 @@ from draftsmith.eval.drafters import load_drafter_spec, served_target
 from draftsmith.eval.drafters.base import Drafter
 from draftsmith.eval.drift import adapter_drift
 from draftsmith.eval.gate import FAIL, check_min_tau, gate
-from draftsmith.eval.report import TurnResult, markdown, per_prompt_rows, plot_acceptance, summarize
+from draftsmith.eval.report import (
+    TurnResult,
+    check_report_path,
+    markdown,
+    per_prompt_rows,
+    plot_acceptance,
+    summarize,
+)
 from draftsmith.eval.sampling import Sampling
 from draftsmith.eval.settings import EvalArgs, parse_eval_args
 from draftsmith.eval.settings import build_parser as build_eval_parser
@@ -363,6 +370,7 @@ def check_outputs(args: EvalArgs) -> None:
         raise ValueError("--save-eval writes eval.json into a draftsmith checkpoint; --drafter is not one")
     if args.report:
         check_output_file(Path(args.report), "--report")
+        check_report_path(Path(args.report))
     if args.plot:
         check_output_file(Path(args.plot), "--plot")
         pyplot()  # one line naming the install when matplotlib is missing

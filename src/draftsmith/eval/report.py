@@ -22,12 +22,14 @@ target_forwards     prefill + verification forwards of the target
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from draftsmith.runtime.display import fmt_value, pyplot, table
+from draftsmith.runtime.errors import UserError
 
 from .decoder import Generation, Step
 from .depth import verdict
@@ -238,6 +240,22 @@ def markdown(report: dict[str, Any]) -> str:
         cells = [(c["context"], c["steps"], fmt_value(c["tau"]), fmt_value(c["alpha"])) for c in contexts]
         lines += ["", *table(["context tokens", "steps", "tau", "alpha"], cells)]
     return "\n".join(lines)
+
+
+def check_report_path(path: Path, flag: str = "--report") -> None:
+    """Refuse, before any measurement, to write a report over a file that is not one (a user's file named by
+    mistake would be lost); an earlier report is replaced."""
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        old = None
+    if not (isinstance(old, dict) and "tau" in old and "settings" in old):
+        raise UserError(
+            f"{flag} {path} exists and is not a draftsmith report; writing the report there would lose it: "
+            "choose another file, or remove it yourself"
+        )
 
 
 def plot_panels(report: dict[str, Any]) -> list[tuple[str, list[str], list[float], str]]:

@@ -1,7 +1,9 @@
 """An evaluator report as `draftsmith eval --save-eval` writes it (the fields the card and push read), shared
 by the ship tests."""
 
-REPORT = {
+from typing import Any
+
+REPORT: dict[str, Any] = {
     "tau": 1.734,
     "tau_stderr": 0.041,
     "alpha": 0.289,

@@ -4,8 +4,9 @@ The method script supplies how to build its drafter, which target layers it read
 
 from __future__ import annotations
 
+import dataclasses
 import gc
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,12 @@ from draftsmith.models.identity import check_target_identity
 from draftsmith.models.serving import unserved_reason
 from draftsmith.models.target import FrozenTarget
 from draftsmith.runtime.errors import DiskFull, disk_fault, require_space
+from draftsmith.runtime.files import read_json
 from draftsmith.runtime.run_lock import main_process_lock
 from draftsmith.train.cache.store import FeatureCache
 
 from .checkpointing import trainable_bytes
-from .data import DataBundle, build_datasets, load_cached_datasets
+from .data import DataBundle, DataConfig, build_datasets, load_cached_datasets
 from .data_content import CONTENT_KEY, data_hashes
 from .distributed import make_accelerator, shard_frozen_target, shard_kind
 from .loop import run_training
@@ -60,7 +62,8 @@ def train_main(recipe: Recipe[ConfigT], argv: Sequence[str] | None) -> int:
     set_seed(cfg.seed)
     # One writer per run directory: a second training (or a --resume while this one runs) is refused.
     with main_process_lock(output_dir, "training", accelerator.is_main_process):
-        code = _train(cfg, recipe, args.resume, args.trust_pickle, accelerator, output_dir)
+        explicit = {o.partition("=")[0] for o in args.overrides}  # the keys the command line set
+        code = _train(cfg, recipe, args.resume, args.trust_pickle, accelerator, output_dir, explicit)
     # Free the prepared models (a DDP wrapper's reducer holds gloo's process group and its threads) while the
     # interpreter is whole. Left to the collection at exit, a 2-process CPU run aborted now and then after
     # finishing ("terminate called without an active exception", SIGABRT on rank 1): the mechanism of PyTorch's
@@ -94,9 +97,10 @@ def _train(
     trust_pickle: bool,
     accelerator: Accelerator,
     output_dir: Path,
+    explicit: Collection[str] = (),
 ) -> int:
     """`train_main` past parsing, with the run directory locked."""
-    target, data = _load_target_and_data(cfg, recipe, accelerator)
+    target, data = _load_target_and_data(cfg, recipe, accelerator, explicit)
     method = recipe.build_method(cfg, target, data)  # before sharding: drafters may copy target weights
     method.loss_chunk = cfg.train.loss_chunk_tokens
     check_served(method, target, cfg.train.allow_unserved)
@@ -131,7 +135,7 @@ def _train(
 
 
 def _load_target_and_data(
-    cfg: ConfigT, recipe: Recipe[ConfigT], accelerator: Accelerator
+    cfg: ConfigT, recipe: Recipe[ConfigT], accelerator: Accelerator, explicit: Collection[str]
 ) -> tuple[FrozenTarget, DataBundle]:
     """The frozen target and the train / held-out data: tokenized conversations, or an offline feature cache
     checked against the target and against the content of the data files the recipe names. Either way the
@@ -144,12 +148,50 @@ def _load_target_and_data(
         data.content = content
         return target, data
     # Offline: the cache holds the samples and the target's features; only the target's embedding,
-    # final norm and LM head are loaded (the logits are recomputed from the cached `final` state).
-    cache = FeatureCache.open(cfg.data.cache, verify=cfg.data.cache_verify, progress=progress, data=content)
+    # final norm and LM head are loaded (the logits are recomputed from the cached `final` state). The run
+    # records the data the cache was built from (what it trains on), not the recipe's.
+    cfg.data = data_of_cache(cfg.data, explicit)
+    content = data_hashes(cfg.data)
+    cache = FeatureCache.open(
+        str(cfg.data.cache), verify=cfg.data.cache_verify, progress=progress, data=content
+    )
     target = FrozenTarget.load(cfg.target, accelerator.device, layers=recipe.offline_target_layers(cfg))
     check_target_identity(cache.index["target"], target.identity(), f"the cache {cache.directory}")
     cache.require_layers(recipe.cache_layers(cfg, target), recipe.prog)
     return target, load_cached_datasets(cache, target.lm_head.weight.dtype, cfg.data.max_samples)
+
+
+# What a cache fixes of the data when it is built; a run from it can still take a prefix (max_samples) and say
+# how to read it (cache, cache_verify).
+_RUN_TIME_DATA_KEYS = ("max_samples", "cache", "cache_verify")
+
+
+def data_of_cache(data: DataConfig, explicit: Collection[str]) -> DataConfig:
+    """The data settings a run from the cache `data.cache` trains with: the cache's own (its sources, max_len,
+    format, held-out split: the samples in it were cut by them), so that the resolved config records what was
+    trained on. A setting the command line gave that differs from the cache's is one the cache cannot honour:
+    refused in one line naming both values. A cache without a recorded header (or none yet) is left to
+    `FeatureCache.open`'s own errors.
+
+    Raises:
+        ValueError: `data.KEY=VALUE` on the command line, the cache built with another VALUE.
+    """
+    index = Path(str(data.cache)).expanduser() / "index.json"
+    built = read_json(index).get("data") if index.is_file() else None
+    if not isinstance(built, dict):
+        return data
+    adopted = {}
+    for key, value in built.items():
+        if key in _RUN_TIME_DATA_KEYS or not hasattr(data, key) or getattr(data, key) == value:
+            continue
+        if f"data.{key}" in explicit:
+            raise ValueError(
+                f"data.{key}={getattr(data, key)!r}: the cache {data.cache} was built with data.{key}={value!r}, "
+                "and its samples cannot be cut again; drop the override, or build a cache with it "
+                "(`draftsmith cache METHOD --config RECIPE ... data.cache=NEW_DIR`)"
+            )
+        adopted[key] = value
+    return dataclasses.replace(data, **adopted)
 
 
 def _shard_target(method: TrainingMethod, target: FrozenTarget, accelerator: Accelerator) -> None:
