@@ -39,7 +39,7 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
     assert quickstart.main(args) == 0
     printed = capsys.readouterr().out
     lines = printed.splitlines()
-    header = lines.index("| drafter | tree | tau | alpha | speedup | recommended depth | lossless |")
+    header = lines.index("| drafter | tree | tau | alpha | speedup | depth (evaluator's costs) | lossless |")
     rows = lines[header + 2 : header + 5]
     assert [r.split("|")[1:3] for r in rows] == [
         [" EAGLE-3 (trained) ", " chain "],

@@ -212,7 +212,7 @@ CASES: dict[str, tuple[Callable[[World], list[str]], str]] = {
     ),
     "push-engine-report-of-another-family": (
         lambda w: _push(w, "--engine-report", _write(w, "e1.json", _engine_report(w, "medusa", None))),
-        "measured a medusa drafter",
+        "measured a drafter of kind medusa",
     ),
     "push-engine-report-of-other-weights": (
         lambda w: _push(

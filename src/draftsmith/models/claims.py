@@ -160,7 +160,7 @@ def check_engine_of_checkpoint(
             f"{where} is not a `draftsmith engine-eval --report` file (no engine, kind, settings)"
         )
     if report["kind"] != kind:
-        raise ClaimError(f"{where} measured a {report['kind']} drafter; {ckpt_dir} holds a {kind} drafter")
+        raise ClaimError(f"{where} measured a drafter of kind {report['kind']}; {ckpt_dir} holds a {kind}")
     check_measured_drafter(report, where, ckpt_dir, ckpt_target)
 
 

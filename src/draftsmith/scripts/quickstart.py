@@ -328,10 +328,13 @@ def results_table(rows: list[tuple[str, str, dict[str, Any]]], report: Path) -> 
         )
         for name, tree, r in rows
     ]
-    lines = table(["drafter", "tree", "tau", "alpha", "speedup", "recommended depth", "lossless"], cells)
+    header = ["drafter", "tree", "tau", "alpha", "speedup", "depth (evaluator's costs)", "lossless"]
+    lines = table(header, cells)
     lines.append(
         f"(tau = tokens per target forward, 1.00 = plain decoding; depth 5; speedup = tokens/s against plain "
-        f"decoding on this machine; recommended depth = the chain depth with the highest expected speedup from "
-        f"this run's acceptance and measured costs, 'off' where none beats plain decoding; report: {report})"
+        f"decoding on this machine; depth = the chain depth with the highest expected speedup from this run's "
+        f"acceptance and the measured costs of draftsmith's evaluator loop (Python, one draft step at a time), "
+        f"'off' where none beats plain decoding there: a serving engine's costs differ, and `draftsmith "
+        f"engine-eval --engine vllm --depths 1,2,3` measures vLLM's; report: {report})"
     )
     return "\n".join(lines)
