@@ -35,9 +35,11 @@ def tiny_budget(monkeypatch):
 def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny_budget, capsys):
     out = tmp_path / "qs"
     args = ["--target", str(tiny_toy_target), "--output-dir", str(out), "--no-progress"]
+    args += ["--serving-depth", "evaluator"]  # vLLM's verdict: test_the_serving_depth_is_measured_in_vllm
     args += ["data.max_len=64", "train.micro_batch_size=4", "data.eval_fraction=0.2"]
     assert quickstart.main(args) == 0
     printed = capsys.readouterr().out
+    assert "serving depth: not measured in an engine (--serving-depth evaluator)" in printed
     lines = printed.splitlines()
     header = lines.index("| drafter | tree | tau | alpha | speedup | depth (evaluator's costs) | lossless |")
     rows = lines[header + 2 : header + 5]
@@ -87,6 +89,39 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
     assert (run / "metrics.jsonl").read_text() == steps
 
 
+@pytest.mark.engine
+def test_the_serving_depth_is_measured_in_vllm(vllm_env, tiny_toy_target, tmp_path, tiny_budget, capsys):
+    """Where vLLM is set up, the verdict is vLLM's: the drafter served at depths 1..3 on the held-out prompts,
+    the fastest depth that beats plain decoding (or off), as the report's measured speedups say."""
+    from draftsmith.ship.serve_depth import measured_speedups
+
+    out = tmp_path / "qs"
+    args = [
+        "--target",
+        str(tiny_toy_target),
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        "--serving-depth",
+        "vllm",
+    ]
+    assert (
+        quickstart.main([*args, "data.max_len=64", "train.micro_batch_size=4", "data.eval_fraction=0.2"]) == 0
+    )
+    printed = capsys.readouterr().out
+    report = json.loads(next(out.glob("eagle3-*/engine-eval.json")).read_text())
+    speedups = measured_speedups(report)
+    assert sorted(speedups) == [1, 2, 3] and report["lossless"] is True
+    best = max(speedups, key=lambda k: speedups[k])
+    verdict = next(
+        line for line in printed.splitlines() if line.startswith("serving depth, measured in vllm")
+    )
+    if speedups[best] > 1:
+        assert f": {best} ({speedups[best]:.2f}x plain decoding)" in verdict
+    else:
+        assert ": off: no depth beat plain decoding" in verdict
+
+
 def test_the_long_budget_trains_on_greedy_and_sampled_answers_with_top1_labels(
     tiny_toy_target, tmp_path, monkeypatch, capsys
 ):
@@ -98,6 +133,7 @@ def test_the_long_budget_trains_on_greedy_and_sampled_answers_with_top1_labels(
     monkeypatch.setitem(quickstart.BUDGETS, "long", tiny)
     out = tmp_path / "qs"
     args = ["--target", str(tiny_toy_target), "--budget", "long", "--output-dir", str(out), "--no-progress"]
+    args += ["--serving-depth", "evaluator"]
     assert (
         quickstart.main([*args, "data.max_len=64", "train.micro_batch_size=4", "data.eval_fraction=0.2"]) == 0
     )

@@ -16,7 +16,9 @@ answers that changed (more --prompts, or a file edited in place) get a new cache
      also stores the target's greedy token at every position, the label of a sampled answer);
   4. training EAGLE-3 from the cache (recipes/eagle/eagle3_smollm2.yaml; long: eagle3_smollm2_scale.yaml);
   5. speculative decoding of held-out prompts (prompts:heldout: subjects never trained on), greedy, lossless
-     checked, EAGLE-3 as a chain and as a tree, next to ngram as a chain (as every engine runs it).
+     checked, EAGLE-3 as a chain and as a tree, next to ngram as a chain (as every engine runs it); then the
+     depth to serve with: measured in vLLM at depths 1..3 where it is set up (`draftsmith engine-setup vllm`),
+     else stated as resting on the costs of draftsmith's own evaluator loop (--serving-depth).
 
 Runs on CPU with no network. The answers, the cache and training run in bfloat16 where the machine has it
 natively (--dtype auto). --budget short took 15 minutes on 2 idle cores with AVX512-BF16 (docs/BENCHMARKS.md:
@@ -54,6 +56,7 @@ from draftsmith.scripts.quickstart_plan import (
     Budget,
     Plan,
 )
+from draftsmith.scripts.quickstart_serving import SERVING_CHOICES, serving_verdict
 from draftsmith.toy.build import default_target_dir
 from draftsmith.toy.target import PRESETS, build_toy_target
 from draftsmith.train import eagle
@@ -91,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
         "machine multiplies it natively (a GPU, or a CPU with AVX512-BF16 / AMX), else float32. The evaluation "
         "always decodes with the target as built (float32 on CPU), checked token for token",
     )
+    p.add_argument(
+        "--serving-depth",
+        choices=SERVING_CHOICES,
+        default="auto",
+        help="whose costs choose the depth to serve: vllm = the drafter measured in vLLM at depths 1..3 on the "
+        "held-out prompts (needs `draftsmith engine-setup vllm`); evaluator = draftsmith's own loop only; auto "
+        "(default) = vllm where it is set up",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars (for logs)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=3e-3")
     return p
@@ -113,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out=args.output_dir,
         overrides=args.overrides,
         progress=not args.no_progress,
+        serving=args.serving_depth,
     )
     for name, stage in STAGES:
         code = stage(plan)
@@ -181,10 +193,16 @@ def compare_stage(plan: Plan) -> int:
     """Stage 5: the trained EAGLE-3 next to ngram by speculative decoding of held-out prompts; prints the table."""
     budget, heldout = plan.budget, plan.data["heldout"]
     print(f"[5/5] speculative decoding of {budget.eval_prompts} held-out prompts ({heldout}), greedy")
+    final = plan.run_dir / "final"
     results = compare_drafters(
-        plan.target, plan.run_dir / "final", heldout, budget.eval_prompts, budget.eval_tokens, plan.progress
+        plan.target, final, heldout, budget.eval_prompts, budget.eval_tokens, plan.progress
     )
     print(results)
+    print(
+        serving_verdict(
+            plan.serving, plan.target, final, heldout, budget.eval_prompts, budget.eval_tokens, plan.progress
+        )
+    )
     return 0
 
 

@@ -66,6 +66,7 @@ class Plan:
     out: Path
     overrides: list[str]  # recipe overrides from the command line
     progress: bool
+    serving: str = "auto"  # whose costs choose the serving depth (scripts/quickstart_serving.py)
 
     @property
     def answers(self) -> Path:
