@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from eval_report import of  # tests/unit/ship/, on the path
 from fault_catalogue import check_one_line, run_case
 
 from draftsmith.models.checkpoint import save_drafter
@@ -47,7 +48,9 @@ def world(tiny_toy_target, tmp_path_factory) -> World:
     draft = Eagle3Draft(EagleConfig(version=3, draft_vocab_size=64, ttt_steps=2), target.model.config, 64)
     draft.set_vocab_map(*build_vocab_map(torch.arange(target.vocab_size).flip(0), 64))
     drafter = save_drafter(root / "run" / "final", draft, target.identity())
-    (drafter / "eval.json").write_text(json.dumps({"tau": 1.5, "num_prompts": 1, "settings": {}}))
+    (drafter / "eval.json").write_text(
+        json.dumps(of(drafter, {"tau": 1.5, "num_prompts": 1, "settings": {}}))
+    )
     heads = MedusaHeads(MedusaConfig(num_heads=2), target.hidden_size, target.vocab_size)
     medusa = save_drafter(root / "medusa" / "final", heads, target.identity())
     data = root / "prompts.jsonl"

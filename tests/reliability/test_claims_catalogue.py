@@ -382,7 +382,107 @@ CASES: dict[str, tuple[Callable[[World], list[str]], str]] = {
     ),
     # ---- a run that records settings it did not use -------------------------------------------------------
     "train-from-a-cache-with-another-max-len": (_cache_max_len, "was built with data.max_len=128"),
+    # ---- curves that say what they cannot (`data needed`) -------------------------------------------------
+    "needed-tau-nan": (lambda w: _needed(w, "nan"), "--tau must be a finite number above 1"),
+    "needed-tau-inf": (lambda w: _needed(w, "inf"), "--tau must be a finite number above 1"),
+    "needed-tau-one": (lambda w: _needed(w, "1"), "--tau must be a finite number above 1"),
+    "needed-tau-half": (lambda w: _needed(w, "0.5"), "--tau must be a finite number above 1"),
+    "needed-tau-past-the-depth": (lambda w: _needed(w, "9"), "cannot be reached at the measured depth"),
+    "needed-points-of-two-sets": (
+        lambda w: _needed(w, "1.5", last={"settings__data": "other.jsonl"}),
+        "not measured alike (data:",
+    ),
+    "needed-points-of-two-budgets": (
+        lambda w: _needed(w, "1.5", last={"settings__max_new_tokens": 64}),
+        "not measured alike (max_new_tokens:",
+    ),
+    "needed-points-of-two-data-contents": (
+        lambda w: _needed(w, "1.5", last={"measured__data__sha256": "0" * 64}),
+        "not measured alike (data sha256:",
+    ),
+    "needed-a-baseline-as-a-point": (
+        lambda w: ["data", "needed", "--point", f"1k={_write(w, 'np.json', w.ngram)}", "--tau", "1.5"],
+        "trained on no tokens",
+    ),
+    "needed-one-report-twice": (
+        lambda w: [
+            "data",
+            "needed",
+            "--point",
+            f"1k={w.drafter / 'eval.json'}",
+            "--point",
+            f"2k={w.drafter / 'eval.json'}",
+            "--tau",
+            "1.5",
+        ],
+        "the same report is given twice",
+    ),
+    # ---- arguments and inputs that were unclear ------------------------------------------------------------
+    "mix-limit-negative": (
+        lambda w: ["data", "mix", f"{w.data}@-1", "--out", str(w.root / "mix.jsonl")],
+        "must be an integer >= 1",
+    ),
+    "regenerate-serve-without-target": (
+        lambda w: [
+            "data",
+            "regenerate",
+            "--serve",
+            "vllm",
+            "--data",
+            str(w.data),
+            "--out",
+            str(w.root / "r.jsonl"),
+        ],
+        "--serve vllm needs --target DIR",
+    ),
+    "regenerate-temperature-nan": (
+        lambda w: [
+            "data",
+            "regenerate",
+            "--target",
+            str(w.target),
+            "--data",
+            str(w.data),
+            "--out",
+            str(w.root / "r.jsonl"),
+            "--temperature",
+            "nan",
+        ],
+        "need a finite --temperature",
+    ),
+    "eval-drafter-as-the-target": (
+        lambda w: ["eval", "--target", str(w.drafter), "--drafter", "ngram", "--data", str(w.data)],
+        "is a draftsmith drafter checkpoint (kind eagle3), not a target model",
+    ),
+    "cache-into-a-file": (
+        lambda w: [
+            "cache",
+            "medusa",
+            "--config",
+            "recipes/medusa/tiny.yaml",
+            f"target.path={w.target}",
+            f"data.cache={w.data}",
+        ],
+        "is a file, not a directory",
+    ),
+    "quickstart-epochs-nan": (
+        lambda w: ["quickstart", "--target", "tiny", "--epochs", "nan", "--output-dir", str(w.root / "qs")],
+        "--epochs a finite number > 0",
+    ),
+    "quickstart-output-dir-a-file": (
+        lambda w: ["quickstart", "--target", "tiny", "--output-dir", str(w.data)],
+        "is a file; choose a directory",
+    ),
 }
+
+
+def _needed(w: World, goal: str, last: dict[str, Any] | None = None) -> list[str]:
+    """`data needed` over three points made from the drafter's real report (taus 1.1, 1.2, 1.3 at 1k-4k)."""
+    args = []
+    for i, tokens in enumerate(("1k", "2k", "4k")):
+        edits = {"tau": 1.1 + 0.1 * i, **((last or {}) if i == 2 else {})}
+        args += ["--point", f"{tokens}={_write(w, f'point-{tokens}.json', _edited(w.report, **edits))}"]
+    return ["data", "needed", *args, "--tau", goal]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -401,7 +501,7 @@ def test_the_real_reports_pass_every_check(world, capsys):
     out = world.root / "up-ok"
     assert cli(_push(world, "--baseline-eval", ngram, dry_run="up-ok")) == 0
     card = (out / "README.md").read_text()
-    assert "| this drafter |" in card and "| ngram (prompt lookup) (baseline) |" in card
+    assert "| this drafter |" in card and "| ngram (n-gram prompt lookup) (baseline) |" in card
     assert (out / "baseline-eval.json").is_file()
     assert (
         cli(

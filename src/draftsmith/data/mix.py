@@ -45,10 +45,16 @@ class SourceSpec:
     @classmethod
     def parse(cls, text: str) -> SourceSpec:
         source, sep, limit = text.rpartition("@")
+        if (
+            sep
+            and re.fullmatch(r"[-+]?\d+(\.\d*)?|[-+]?\.\d+|[-+]?(nan|inf)", limit.lower())
+            and not limit.isdigit()
+        ):
+            raise ValueError(f"{text!r}: the record limit after '@' must be an integer >= 1, got {limit!r}")
         if not sep or not limit.isdigit():  # no '@N' suffix (an '@' inside a path or hf: name is kept)
             return cls(text)
         if int(limit) < 1:
-            raise ValueError(f"{text!r}: the record limit after '@' must be >= 1")
+            raise ValueError(f"{text!r}: the record limit after '@' must be an integer >= 1, got {limit!r}")
         return cls(source, int(limit))
 
 

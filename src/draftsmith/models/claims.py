@@ -23,11 +23,28 @@ from typing import Any
 
 from draftsmith.runtime.files import read_json, sha256_file
 
+from .families import FAMILIES
+
 # Whose costs a recommendation rests on (`depth_costs` in a report, eval/depth.py): the evaluator's own loop
 # (Python, transformers forwards, one draft step at a time) is not a serving engine's, whose verdict
 # `engine-eval --depths` measures.
 EVALUATOR_COSTS = "draftsmith's evaluator loop"
-BASELINES = {"ngram": "ngram (prompt lookup)", "self": "self (the target drafting for itself)"}
+SELF = "self"  # the evaluator's sanity check: the target drafting for itself (no family: nothing of its own)
+
+
+def baseline_title(name: str) -> str | None:
+    """What a baseline is called on a card ("ngram (n-gram prompt lookup)"), or None for a trained drafter: a
+    baseline is a family with nothing trained (models/families.py), or the target drafting for itself."""
+    if name == SELF:
+        return "self (the target drafting for itself)"
+    record = FAMILIES.get(name)
+    return f"{name} ({record.title})" if record is not None and record.train_method is None else None
+
+
+def baseline_names() -> list[str]:
+    return [k for k in FAMILIES if baseline_title(k)] + [SELF]
+
+
 TARGET_KEYS = ("vocab_size", "hidden_size", "num_layers", "tokenizer_sha256", "weights_sha256")
 # How a report was measured: two reports that differ here measured different things.
 SETTING_KEYS = ("num_prompts", "max_new_tokens", "temperature", "top_p", "top_k", "tree", "depth", "seed")
@@ -56,7 +73,7 @@ def checkpoint_digest(ckpt_dir: str | Path) -> dict[str, str] | None:
 
 def drafter_record(name: str, kind: str | None) -> dict[str, Any]:
     """`measured.drafter` of an evaluation of the drafter `name` (a directory, or a baseline's name)."""
-    if name in BASELINES:
+    if baseline_title(name):
         return {"name": name, "kind": name, "baseline": True, "weights_sha256": None}
     return {"name": name, "kind": kind, "baseline": False, "weights_sha256": checkpoint_digest(name)}
 
@@ -66,7 +83,8 @@ def is_baseline(report: dict[str, Any]) -> bool:
     drafter = (report.get("measured") or {}).get("drafter") or {}
     if "baseline" in drafter:
         return bool(drafter["baseline"])
-    return (report.get("settings") or {}).get("drafter") in BASELINES or report.get("drafter") in BASELINES
+    named = (report.get("settings") or {}).get("drafter") or report.get("drafter")
+    return isinstance(named, str) and baseline_title(named) is not None
 
 
 def drafter_label(report: dict[str, Any]) -> str:
@@ -74,7 +92,7 @@ def drafter_label(report: dict[str, Any]) -> str:
     name = ((report.get("measured") or {}).get("drafter") or {}).get("name") or (
         report.get("settings") or {}
     ).get("drafter")
-    return BASELINES.get(str(name), str(name))
+    return baseline_title(str(name)) or str(name)
 
 
 def _finite(x: Any) -> bool:
@@ -238,7 +256,7 @@ def check_baseline(
     check_values(report, where)
     if not is_baseline(report):
         raise ClaimError(
-            f"{where} measured a trained drafter, not a baseline ({', '.join(BASELINES)}); pass a drafter's "
+            f"{where} measured a trained drafter, not a baseline ({', '.join(baseline_names())}); pass a drafter's "
             "report with --eval"
         )
     differ = target_difference(target_of(report), ckpt_target)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,4 +63,22 @@ def check_target_identity(expected: dict[str, Any], actual: dict[str, Any], what
             what,
             expected.get("name_or_path"),
             actual.get("name_or_path"),
+        )
+
+
+def refuse_drafter_as_target(path: Path) -> None:
+    """A draftsmith drafter checkpoint given where the target belongs: one line naming the target it was trained
+    for (else the tokenizer load fails asking for a package a drafter never needed)."""
+    config = path / "config.json"
+    if not (path.is_dir() and config.is_file()):
+        return
+    try:
+        record = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(record, dict) and {"kind", "drafter", "target"} <= set(record):
+        trained_for = (record.get("target") or {}).get("name_or_path")
+        raise ValueError(
+            f"{path} is a draftsmith drafter checkpoint (kind {record['kind']}), not a target model; pass the "
+            f"target it was trained for ({trained_for})"
         )

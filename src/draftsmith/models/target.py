@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .gguf import is_gguf, pretrained_source
-from .identity import sha256_text, tokenizer_fingerprint, weights_fingerprint
+from .identity import refuse_drafter_as_target, sha256_text, tokenizer_fingerprint, weights_fingerprint
 from .parts import with_cache
 from .target_parts import PlainEmbedding, TargetHead, foldable_input
 
@@ -149,6 +149,7 @@ class FrozenTarget:
                 f"target.path={cfg.path!r} is not a directory: point it at a saved model directory "
                 "(with config.json and the weights), a .gguf file or a Hub id like org/name"
             )
+        refuse_drafter_as_target(local)
         device = torch.device(device)
         source, gguf = pretrained_source(cfg.path)  # a .gguf file: its folder, gguf_file=<name>
         kwargs: dict[str, Any] = {"revision": cfg.revision, "trust_remote_code": cfg.trust_remote_code}

@@ -76,6 +76,10 @@ class RunLock:
         self._held = False
 
     def acquire(self) -> RunLock:
+        if self.directory.exists() and not self.directory.is_dir():
+            raise UserError(
+                f"{self.directory} is a file, not a directory; choose a directory for the {self.purpose} output"
+            )
         self.directory.mkdir(parents=True, exist_ok=True)
         info = {**_holder(), "purpose": self.purpose}
         for _ in range(3):  # a stale lock removed between our attempts is retried

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -145,8 +146,14 @@ def resolve_budget(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         epochs=budget.epochs if args.epochs is None else args.epochs,
         eval_prompts=budget.eval_prompts if args.eval_prompts is None else args.eval_prompts,
     )
-    if budget.prompts < 1 or budget.epochs <= 0 or budget.eval_prompts < 1:
-        parser.error("--prompts and --eval-prompts must be >= 1 and --epochs > 0")
+    if (
+        budget.prompts < 1
+        or not (math.isfinite(budget.epochs) and budget.epochs > 0)
+        or budget.eval_prompts < 1
+    ):
+        parser.error("--prompts and --eval-prompts must be >= 1 and --epochs a finite number > 0")
+    if args.output_dir.exists() and not args.output_dir.is_dir():
+        parser.error(f"--output-dir {args.output_dir} is a file; choose a directory")
     return budget
 
 

@@ -49,8 +49,9 @@ def test_source_spec_limits():
     assert SourceSpec.parse("data.jsonl@5") == SourceSpec("data.jsonl", 5)
     assert SourceSpec.parse("hf:me/x@y") == SourceSpec("hf:me/x@y")  # not a count: part of the name
     assert SourceSpec.parse("stdlib:train") == SourceSpec("stdlib:train")
-    with pytest.raises(ValueError, match="must be >= 1"):
-        SourceSpec.parse("data.jsonl@0")
+    for bad in ("0", "-1", "2.5", "nan", "+3"):
+        with pytest.raises(ValueError, match=f"must be an integer >= 1, got '{re.escape(bad)}'"):
+            SourceSpec.parse(f"data.jsonl@{bad}")
 
 
 def test_mix_drops_duplicates_held_out_prompts_and_empty_records(sources):

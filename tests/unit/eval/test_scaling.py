@@ -14,6 +14,17 @@ def on_line(a: float, b: float, sizes: list[float], stderr: float = 0.05) -> lis
     return [Point(n, a + b * math.log(n), stderr) for n in sizes]
 
 
+SETTINGS = {"data": "mt_bench.jsonl", "num_prompts": 16, "max_new_tokens": 96, "temperature": 0.0, "depth": 5}
+
+
+def report(tau: float, stderr: float, **settings: object) -> dict:
+    """An evaluator report as `draftsmith data needed` reads it: tau, its standard error, how it was measured."""
+    return {"tau": tau, "tau_stderr": stderr, "num_prompts": 16, "settings": {**SETTINGS, **settings}}
+
+
+eval_report = report
+
+
 def test_points_on_a_line_give_that_line_and_its_inverse():
     points = on_line(0.2, 0.1, [64e3, 256e3, 1e6])
     line = fit(points)
@@ -75,7 +86,7 @@ def test_data_needed_reads_reports_and_inverts_the_curve(tmp_path, capsys):
     args = []
     for label, n in (("64k", 64e3), ("256k", 256e3), ("1m", 1e6), ("2m", 2e6)):
         path = tmp_path / f"{label}.json"
-        path.write_text(json.dumps({"tau": 0.2 + 0.1 * math.log(n), "tau_stderr": 0.01}))
+        path.write_text(json.dumps(report(0.2 + 0.1 * math.log(n), 0.01)))
         args += ["--point", f"{label}={path}"]
     goal = 0.2 + 0.1 * math.log(8e6)
     assert needed_main([*args, "--tau", f"{goal:.6f}"]) == 0
@@ -91,7 +102,7 @@ def test_data_needed_refuses_bad_points(tmp_path):
     from draftsmith.scripts.data.needed import main as needed_main
 
     report = tmp_path / "r.json"
-    report.write_text(json.dumps({"tau": 1.5, "tau_stderr": 0.1}))
+    report.write_text(json.dumps(eval_report(1.5, 0.1)))
     with pytest.raises(UserError, match="not a token count"):
         needed_main(["--point", f"lots={report}", "--tau", "2"])
     with pytest.raises(UserError, match="expected TOKENS=REPORT.json"):
@@ -99,5 +110,68 @@ def test_data_needed_refuses_bad_points(tmp_path):
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(UserError, match="is not a `draftsmith eval` report"):
         needed_main(["--point", f"1k={tmp_path / 'x.json'}", "--tau", "2"])
-    with pytest.raises(SystemExit):  # two points: a line without an uncertainty
+    with pytest.raises(UserError, match="the same report is given twice"):
         needed_main(["--point", f"1k={report}", "--point", f"2k={report}", "--tau", "2"])
+    second = tmp_path / "r2.json"
+    second.write_text(json.dumps(eval_report(1.6, 0.1)))
+    with pytest.raises(UserError, match="two points have the same token count"):
+        needed_main(["--point", f"1k={report}", "--point", f"1000={second}", "--tau", "2"])
+    with pytest.raises(SystemExit):  # two points: a line without an uncertainty
+        needed_main(["--point", f"1k={report}", "--point", f"2k={second}", "--tau", "2"])
+
+
+def _curve(tmp_path, **last: object) -> list[str]:
+    args = []
+    for label, n in (("64k", 64e3), ("256k", 256e3), ("1m", 1e6)):
+        path = tmp_path / f"{label}.json"
+        path.write_text(
+            json.dumps(report(1.2 + 0.05 * math.log(n / 64e3), 0.02, **(last if label == "1m" else {})))
+        )
+        args += ["--point", f"{label}={path}"]
+    return args
+
+
+@pytest.mark.parametrize(
+    ("goal", "message"),
+    [
+        ("nan", "--tau must be a finite number above 1"),
+        ("inf", "--tau must be a finite number above 1"),
+        ("1", "--tau must be a finite number above 1"),
+        ("0.5", "--tau must be a finite number above 1"),
+        ("6", "cannot be reached at the measured depth 5"),
+    ],
+)
+def test_data_needed_refuses_a_goal_no_curve_can_answer(tmp_path, goal, message):
+    from draftsmith.runtime.errors import UserError
+    from draftsmith.scripts.data.needed import main as needed_main
+
+    with pytest.raises(UserError, match=message):
+        needed_main([*_curve(tmp_path), "--tau", goal])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"data": "gsm8k.jsonl"}, "not measured alike \\(data: 'mt_bench.jsonl' vs 'gsm8k.jsonl'\\)"),
+        ({"max_new_tokens": 128}, "not measured alike \\(max_new_tokens: 96 vs 128\\)"),
+        ({"num_prompts": 8}, "not measured alike \\(num_prompts: 16 vs 8\\)"),
+        ({"drafter": "ngram"}, "which was trained on no tokens"),
+    ],
+)
+def test_data_needed_refuses_points_of_different_curves(tmp_path, change, message):
+    from draftsmith.runtime.errors import UserError
+    from draftsmith.scripts.data.needed import main as needed_main
+
+    with pytest.raises(UserError, match=message):
+        needed_main([*_curve(tmp_path, **change), "--tau", "1.5"])
+
+
+def test_data_needed_says_when_the_answer_is_far_beyond_the_data(tmp_path, capsys):
+    """tau = 1.2 + 0.05 ln(N / 64k) reaches 2.0 at 64k e^16: about 5.7e11 tokens, 568,711x the largest point."""
+    from draftsmith.scripts.data.needed import main as needed_main
+
+    assert needed_main([*_curve(tmp_path), "--tau", "2.0"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "far beyond the data: 568,711x the largest measured point" in line  # 64e3 e^16 / 1e6
+    assert needed_main([*_curve(tmp_path), "--tau", "1.3"]) == 0  # 64k e^2 = 473k: inside the data
+    assert "far beyond" not in capsys.readouterr().out

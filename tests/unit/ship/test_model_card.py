@@ -169,7 +169,7 @@ def test_the_tables_write_missing_fields_as_a_dash_and_null_settings_as_recorded
     # a baseline's report is cited by name, after the drafter's
     ngram = {**REPORT, "tau": 1.29, "settings": {**REPORT["settings"], "drafter": "ngram"}}
     assert tau_table([REPORT], [ngram])[-1].startswith(
-        "| ngram (prompt lookup) (baseline) | mt_bench.jsonl | 20 |"
+        "| ngram (n-gram prompt lookup) (baseline) | mt_bench.jsonl | 20 |"
     )
     assert depth_table([REPORT, SPARSE, NULLS, {}]) == [
         "| data | T | depth 1 | depth 2 | depth 3 | depth 4 |",

@@ -279,7 +279,7 @@ def test_a_report_of_another_drafter_or_of_older_weights_is_refused(target, tmp_
     ngram = {**RECOMMENDS_2, "settings": {**REPORT["settings"], "drafter": "ngram"}}
     report = tmp_path / "report.json"
     for measured, refused in [
-        (ngram, "measures ngram (prompt lookup), not the drafter"),
+        (ngram, "measures ngram (n-gram prompt lookup), not the drafter"),
         (of(other, RECOMMENDS_2), "measured other weights than"),
         (RECOMMENDS_2, "does not record which drafter it measured"),
     ]:

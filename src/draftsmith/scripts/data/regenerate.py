@@ -38,6 +38,7 @@ and stored.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -153,9 +154,15 @@ def regenerate(settings: RegenerateArgs) -> dict[str, Any]:
     """Run the regeneration `settings` describe (`parse_args`); returns the counts (written, failed, skipped,
     input; answers, truncated, completion_tokens, seconds)."""
     sampling = settings.sampling
-    if sampling.temperature < 0 or not 0 < sampling.top_p <= 1 or sampling.max_new_tokens < 1:
-        raise UserError("need --temperature >= 0, 0 < --top-p <= 1 and --max-new-tokens >= 1")
-    if (settings.target is None) == (settings.endpoint is None):
+    if not (math.isfinite(sampling.temperature) and sampling.temperature >= 0):
+        raise UserError(f"need a finite --temperature >= 0, got {sampling.temperature}")
+    if not 0 < sampling.top_p <= 1 or sampling.max_new_tokens < 1:
+        raise UserError("need 0 < --top-p <= 1 and --max-new-tokens >= 1")
+    if settings.target is None and settings.endpoint is None:
+        if settings.serve is not None:
+            raise UserError(f"--serve {settings.serve} needs --target DIR: the model to serve")
+        raise UserError("pass --target DIR (generate here) or --endpoint URL (a serving engine)")
+    if settings.target is not None and settings.endpoint is not None:
         raise UserError("pass --target DIR (generate here) or --endpoint URL (a serving engine), not both")
     through_server = settings.serve is not None or settings.endpoint is not None
     if through_server and (settings.concurrency < 1 or settings.retries < 0 or settings.timeout <= 0):

@@ -26,7 +26,7 @@ from draftsmith.train.cache.store import FeatureCache
 
 from .checkpointing import trainable_bytes
 from .data import DataBundle, DataConfig, build_datasets, load_cached_datasets
-from .data_content import CONTENT_KEY, data_hashes
+from .data_content import CONTENT_KEY, data_hashes, source_hashes
 from .distributed import make_accelerator, shard_frozen_target, shard_kind
 from .loop import run_training
 from .method import LoopResult, TrainingMethod
@@ -164,13 +164,21 @@ def _load_target_and_data(
 # What a cache fixes of the data when it is built; a run from it can still take a prefix (max_samples) and say
 # how to read it (cache, cache_verify).
 _RUN_TIME_DATA_KEYS = ("max_samples", "cache", "cache_verify")
+_SOURCE_KEYS = ("train", "eval")
+
+
+def _all_local(sources: list[str]) -> bool:
+    """Whether every source is a local file or folder, whose content the cache compares with its own record
+    (a copy under another name is the same data; a built-in or Hub source has no content to compare)."""
+    return len(source_hashes(sources)) == len(set(sources))
 
 
 def data_of_cache(data: DataConfig, explicit: Collection[str]) -> DataConfig:
     """The data settings a run from the cache `data.cache` trains with: the cache's own (its sources, max_len,
     format, held-out split: the samples in it were cut by them), so that the resolved config records what was
     trained on. A setting the command line gave that differs from the cache's is one the cache cannot honour:
-    refused in one line naming both values. A cache without a recorded header (or none yet) is left to
+    refused in one line naming both values; but local data files under other names are left to the cache's
+    content check (`FeatureCache.require_data`: the same bytes pass, other bytes are refused naming the file). A cache without a recorded header (or none yet) is left to
     `FeatureCache.open`'s own errors.
 
     Raises:
@@ -184,6 +192,8 @@ def data_of_cache(data: DataConfig, explicit: Collection[str]) -> DataConfig:
     for key, value in built.items():
         if key in _RUN_TIME_DATA_KEYS or not hasattr(data, key) or getattr(data, key) == value:
             continue
+        if f"data.{key}" in explicit and key in _SOURCE_KEYS and _all_local(getattr(data, key)):
+            continue  # files named by their content: the cache checks they are what it was built from
         if f"data.{key}" in explicit:
             raise ValueError(
                 f"data.{key}={getattr(data, key)!r}: the cache {data.cache} was built with data.{key}={value!r}, "
