@@ -18,6 +18,8 @@
                                                          speedup, lossless check, deployment gate
     draftsmith gate --report NEW.json [--baseline OLD.json] [--min-tau X]
                                                          pass / fail a drafter before it ships
+    draftsmith compare A.json B.json [C.json ...]      rank drafters measured on the same prompts: the
+                                                         paired difference in tau and its standard error
     draftsmith export CKPT --to vllm|sglang|tgi|hf --out DIR
                                                          the drafter in an engine's layout, validated
     draftsmith push CKPT --repo ORG/NAME [--dry-run DIR] upload with a model card stating what was measured
@@ -124,6 +126,12 @@ def _gate(argv: Sequence[str]) -> int:
     return gate_main(list(argv))
 
 
+def _compare(argv: Sequence[str]) -> int:
+    from draftsmith.eval.compare import main as compare_main
+
+    return compare_main(list(argv))
+
+
 def _export(argv: Sequence[str]) -> int:
     from draftsmith.ship.export import main as export_main
 
@@ -166,6 +174,10 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "gate": (
         _gate,
         "the deployment gate: fail a drafter below --min-tau or regressed from a baseline report",
+    ),
+    "compare": (
+        _compare,
+        "rank drafters on the same prompts: paired difference in tau, its error, a verdict",
     ),
     "export": (_export, "write a drafter in an engine's layout (vllm, sglang, tgi, hf), validated first"),
     "push": (_push, "upload a drafter with its engine exports and a model card of what was measured"),
