@@ -90,6 +90,7 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # about 4 minutes: vLLM's server at three depths, beside plain decoding
 def test_the_serving_depth_is_measured_in_vllm(vllm_env, tiny_toy_target, tmp_path, tiny_budget, capsys):
     """Where vLLM is set up, the verdict is vLLM's: the drafter served at depths 1..3 on the held-out prompts,
     the fastest depth that beats plain decoding (or off), as the report's measured speedups say."""

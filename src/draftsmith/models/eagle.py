@@ -62,6 +62,15 @@ class EagleConfig:
             "did not write (documents, human or other models' answers), at the step time of `data`."
         },
     )
+    reach_topk: int = field(
+        default=0,
+        metadata={
+            "help": "EAGLE-3: GRIFFIN's token-alignable loss (arXiv 2502.11018). TTT step s trains a column only "
+            "where the label of every earlier step was among the draft's top-k there: decoding reaches depth s+1 "
+            "only through accepted drafts, so columns it never reaches take no capacity. 0 = off (every column "
+            "trains at every step); 1 fits a chain, k a tree of k branches."
+        },
+    )
     layer: Literal["llama", "qwen3"] = field(
         default="llama",
         metadata={
@@ -93,6 +102,11 @@ class EagleConfig:
             raise ValueError(f"draft.version must be 1 (EAGLE-1) or 3 (EAGLE-3), got {self.version!r}")
         if self.ttt_steps < 1:
             raise ValueError(f"draft.ttt_steps must be >= 1, got {self.ttt_steps}")
+        if self.reach_topk < 0 or (self.reach_topk and self.version != 3):
+            raise ValueError(
+                f"draft.reach_topk is EAGLE-3's (0 = off, k >= 1 = top-k), got {self.reach_topk} with version "
+                f"{self.version}"
+            )
         if self.feature_layers is not None and len(self.feature_layers) != 3:
             raise ValueError(
                 f"draft.feature_layers needs 3 layer ids (low, mid, high), got {self.feature_layers}"

@@ -94,12 +94,15 @@ def eagle3_chunk(
         with torch.no_grad():  # the c+S-1 distinct states, then the target's logits over them, once
             states = torch.cat([windows[..., 0], windows[:, -1, :, 1:].transpose(1, 2)], dim=1)
             target_logits = head(states)
-        out = [
-            eagle3_step(
-                draft, objective, draft.logits(h), target_logits[:, s : s + c], masks[..., s], weights[..., s]
-            )
-            for s, h in enumerate(hidden)
-        ]
+        out, reached = [], None
+        for s, h in enumerate(hidden):
+            logits, target = draft.logits(h), target_logits[:, s : s + c]
+            out.append(eagle3_step(draft, objective, logits, target, masks[..., s], weights[..., s], reached))
+            if k := draft.config.reach_topk:
+                with torch.no_grad():
+                    view, kept = target_view(draft, target)
+                    now = kept & within_topk(logits, view.argmax(-1), k)
+                reached = now if reached is None else reached & now
         sums, counts = torch.cat([o[0] for o in out]), torch.cat([o[1] for o in out])
         return sums, counts, {name: torch.cat([o[2][name] for o in out]) for name in ("top1", "alpha")}
 
@@ -113,11 +116,16 @@ def eagle3_step(
     target_logits: torch.Tensor,
     mask: torch.Tensor,
     weights: torch.Tensor,
+    reached: torch.Tensor | None = None,
 ) -> ChunkResult:
     """One TTT step's `(sum [1], count [1], {"top1": [1], "alpha": [1]})` from the draft's logits `[B, c, Vd]` and
-    the target's `[B, c, V]` at the positions the step predicts."""
+    the target's `[B, c, V]` at the positions the step predicts. `reached` `[B, c]` (`draft.reach_topk`): the
+    columns whose earlier steps' labels were in the draft's top-k; the others leave the loss, not the count or
+    the metrics (which stay teacher-forced, as the tau estimate reads them)."""
+    if reached is not None:
+        weights = weights * reached
     if objective.loss is None:
-        w = None if objective.weighting == "fixed" else weights
+        w = None if objective.weighting == "fixed" and reached is None else weights
         loss, count, hit, alpha = eagle3_step_loss(logits, target_logits, mask, draft.t2d, w)
         return loss.reshape(1), count.reshape(1), {"top1": hit.reshape(1), "alpha": alpha.reshape(1)}
     with torch.no_grad():
@@ -127,6 +135,11 @@ def eagle3_step(
         objective.loss, logits, target, labels, weights * kept, mask & kept, kappa=objective.lk_kappa
     )
     return loss, mask.sum().float().reshape(1), {"top1": hits(logits, labels, mask & kept), "alpha": alpha}
+
+
+def within_topk(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
+    """`[B, c]` bool: whether each label (a draft-vocabulary id) is among the `k` largest of its logits."""
+    return (logits.topk(min(k, logits.shape[-1]), dim=-1).indices == labels[..., None]).any(-1)
 
 
 def data_labels(batch: dict[str, torch.Tensor], step: int) -> torch.Tensor:
@@ -163,14 +176,20 @@ def eagle3_data_chunk(draft: Eagle3Draft) -> Callable[..., ChunkResult]:
     def fn(*parts: torch.Tensor) -> ChunkResult:
         *hidden, labels, masks = parts
         sums, counts, hits, alphas = [], [], [], []
+        reached = torch.ones_like(masks[..., 0])
         for s, h in enumerate(hidden):
             label, mask = labels[..., s], masks[..., s]
             kept = (mask & t2d[label]).float()
             target = to_draft[label].clamp(min=0)
             logits = draft.logits(h).float()
             ce = token_cross_entropy(logits, target)
-            sums.append((ce * kept).sum().reshape(1))
+            sums.append((ce * kept * reached).sum().reshape(1))
             counts.append(mask.sum().float().reshape(1))
+            if (
+                k := draft.config.reach_topk
+            ):  # GRIFFIN: later steps train where these labels were in the top-k
+                with torch.no_grad():
+                    reached = reached & t2d[label] & within_topk(logits, target, k)
             if recomputing():
                 hits.append(logits.new_zeros(1))
                 alphas.append(logits.new_zeros(1))

@@ -191,6 +191,48 @@ def test_eagle3_with_a_reduced_draft_vocabulary(small_target):
     check(method, b, oracle, {target.vocab_size, vd})
 
 
+def test_eagle3_trains_only_the_columns_its_drafts_reach(small_target):
+    """`draft.reach_topk: 2` (GRIFFIN) on soft labels: step s's loss keeps a column only where each earlier
+    step's label (the target's argmax, in the draft vocabulary) was among the draft's top 2 there; the hits and
+    alpha stay teacher-forced."""
+    target = small_target
+    torch.manual_seed(0)
+    vd, steps = 5, 3
+    draft = _Eagle3Train(
+        EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps, reach_topk=2),
+        target.model.config,
+        vd,
+    )
+    b = batch(target.vocab_size)
+    greedy = target.forward(b["input_ids"], b["attention_mask"], return_logits=True)[1].argmax(-1)
+    draft.set_vocab_map(*build_vocab_map(torch.bincount(greedy.flatten(), minlength=target.vocab_size), vd))
+    draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
+    draft.attach_target(target.embed_tokens, target.head)
+    method = EagleMethod(target, draft, loss_chunk=CHUNK)
+    dropped = []
+
+    def oracle() -> tuple[torch.Tensor, dict]:
+        feats, logits = target.forward(b["input_ids"], b["attention_mask"], (1, 2, 3), return_logits=True)
+        step_logits = draft.unroll(torch.cat([feats[i] for i in (1, 2, 3)], -1), b["input_ids"])
+        z, reached = shift_left(logits), torch.ones(b["input_ids"].shape, dtype=torch.bool)
+        sums, hits, alpha = [], [], []
+        for s, m in enumerate(step_masks(b, steps)):
+            kept = draft.t2d[z.argmax(-1)]
+            pm = m.float() * kept.float()
+            p = torch.softmax(z[..., draft.t2d], -1)
+            sums.append((-(p * torch.log_softmax(step_logits[s], -1)).sum(-1) * pm * reached).sum())
+            hits.append(((step_logits[s].argmax(-1) == p.argmax(-1)).float() * pm).sum())
+            alpha.append((overlap(z[..., draft.t2d], step_logits[s]) * pm).sum())
+            dropped.append(int((m & kept & ~reached).sum()))
+            top2 = step_logits[s].topk(2, -1).indices
+            reached = reached & kept & (top2 == p.argmax(-1, keepdim=True)).any(-1)
+            z = shift_left(z)
+        return torch.stack(sums), {"top1": torch.stack(hits), "alpha": torch.stack(alpha)}
+
+    check(method, b, oracle, {target.vocab_size, vd})
+    assert sum(dropped) > 0  # the mask removed some trained columns from later steps
+
+
 def test_eagle3_on_the_data_s_next_tokens(small_target):
     """`draft.labels: data`: each step's cross-entropy on the data's token x_{t+s+2}, against a per-position
     loop; labels outside the reduced draft vocabulary dropped, positions without a label token not counted."""
