@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +18,7 @@ from draftsmith.runtime.errors import UserError
 SETTINGS = {"data": "d.jsonl", "temperature": 0.0, "top_p": 1.0, "tree": "chain", "depth": 3, "seed": 0}
 
 
-def report(answers: list[tuple[str, int, float, int]], **settings) -> dict:
+def report(answers: Sequence[tuple[str, int, float, int]], **settings) -> dict:
     """A report of answers `(prompt id, turn, tokens committed by verification, verification steps)`."""
     rows = [
         {"id": i, "turn": t, "tau": c / n if n else None, "target_forwards": n + 1} for i, t, c, n in answers
@@ -56,7 +57,14 @@ def test_against_plain_decoding_the_paired_error_is_the_reports_own():
     answers = [(f"p{j}", 0, rng.randint(30, 90), rng.randint(15, 60)) for j in range(12)]
     a = report(answers)
     plain = report([(i, t, c, int(c)) for i, t, c, _ in answers])
-    own = tau_stderr([SimpleNamespace(step_tokens=c, steps=[None] * n) for *_, c, n in answers])
+    own = tau_stderr(
+        [
+            SimpleNamespace(  # type: ignore[misc]
+                step_tokens=c, steps=[None] * n
+            )
+            for *_, c, n in answers
+        ]
+    )
     assert pair(plain, a).stderr == pytest.approx(own)
 
 

@@ -4,6 +4,7 @@ label was in the draft's top-k there. Checked against a per-position loop, and o
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from draftsmith.train.eagle_chunks import eagle3_data_chunk, eagle3_step
 B, C, S, V = 2, 7, 3, 6
 
 
-def fake_draft(k: int, t2d: torch.Tensor | None = None) -> SimpleNamespace:
+def fake_draft(k: int, t2d: torch.Tensor | None = None) -> Any:
     """A drafter whose hidden states are its logits, over a draft vocabulary `t2d` of the target's."""
     t2d = torch.ones(V, dtype=torch.bool) if t2d is None else t2d
     return SimpleNamespace(t2d=t2d, config=SimpleNamespace(reach_topk=k), logits=lambda h: h)
