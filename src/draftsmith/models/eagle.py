@@ -50,6 +50,13 @@ class EagleConfig:
             "final norm and LM-head rows of the draft vocabulary (trains faster at small budgets)."
         },
     )
+    layer_init: Literal["random", "target"] = field(
+        default="random",
+        metadata={
+            "help": "EAGLE-3: start the draft layer randomly, or from the target's last decoder layer (its "
+            "projections, MLP and norms; the embedding half of q/k/v stays random). Llama-style targets."
+        },
+    )
     labels: Literal["target", "data", "top1"] = field(
         default="target",
         metadata={
@@ -125,6 +132,8 @@ class EagleConfig:
                 f"draft.labels={self.labels} is EAGLE-3's option; EAGLE-1 regresses the target's next features, which need "
                 "the target: drop draft.labels or set draft.version=3"
             )
+        if self.layer_init not in ("random", "target") or (self.layer_init == "target" and self.version != 3):
+            raise ValueError(f"draft.layer_init is EAGLE-3's, 'random' or 'target'; got {self.layer_init!r}")
         if self.head_init not in ("random", "target"):
             raise ValueError(f"draft.head_init must be 'random' or 'target', got {self.head_init!r}")
         if self.draft_vocab_size < 0:

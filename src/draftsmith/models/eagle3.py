@@ -121,6 +121,41 @@ class Eagle3Parts(DrafterOnTarget):
         self.lm_head_d.weight.copy_(lm_head_weight[ids.to(lm_head_weight.device)])
         self.norm_final.load_state_dict(final_norm.state_dict())
 
+    @torch.no_grad()
+    def init_layer_from_target(self, target_layer: nn.Module) -> None:
+        """`draft.layer_init: target`: start the draft layer as the target's last decoder layer. Its output
+        projection, MLP, post-attention norm (and a qwen3 layer's q/k norms) are copied; q/k/v read
+        cat(norm_in(embedding), norm_hidden(hidden)), so their hidden half is the target's own projections and
+        norm_hidden its input norm, while the embedding half keeps its random start. A target layer of other
+        shapes (fused projections, experts, latent attention) is refused."""
+        ours, H = self.layer, self.hidden_size
+        names = [
+            "self_attn.o_proj",
+            "post_attention_layernorm",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        ]
+        names += [n for n in ("self_attn.q_norm", "self_attn.k_norm") if _weight(ours, n) is not None]
+        pairs = [(n, _weight(ours, n), _weight(target_layer, n)) for n in names]
+        pairs.append(
+            ("input_layernorm", _weight(self.norm_hidden, ""), _weight(target_layer, "input_layernorm"))
+        )
+        pairs += [
+            (n, ours.get_parameter(f"{n}.weight")[:, H:], _weight(target_layer, n))
+            for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+        ]
+        copies = []
+        for name, mine, theirs in pairs:
+            if mine is None or theirs is None or mine.shape != theirs.shape:
+                raise ValueError(
+                    f"draft.layer_init=target: the target's last layer has no {name} of the draft layer's shape "
+                    "(Llama-style q/k/v/o and gate/up/down projections); use draft.layer_init=random"
+                )
+            copies.append((mine, theirs))
+        for mine, theirs in copies:
+            mine.copy_(theirs.to(mine.dtype))
+
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids -> target ids (`i + d2t[i]`)."""
         return draft_ids + self.d2t[draft_ids]
@@ -200,3 +235,11 @@ class Eagle3Draft(_EagleBase, Eagle3Parts):
             out.append(hidden)
             ids = shift_left(ids)
         return out
+
+
+def _weight(module: nn.Module, name: str) -> torch.Tensor | None:
+    """`module`'s parameter `name`.weight, or None when it has none (another layer design)."""
+    try:
+        return module.get_parameter(f"{name}.weight" if name else "weight")
+    except AttributeError:
+        return None

@@ -285,6 +285,8 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
             )
         if cfg.draft.head_init == "target":
             draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
+        if cfg.draft.layer_init == "target":
+            draft.init_layer_from_target(target.decoder.layers[-1])
     draft.attach_target(target.embed_tokens, target.head)
     return draft
 

@@ -232,3 +232,29 @@ def test_draft_vocabulary_zero_means_the_targets_full_vocabulary():
     assert resolve_draft_vocab(0, 49152) == 49152  # 0: the full vocabulary, no d2t map
     assert resolve_draft_vocab(32000, 49152) == 32000
     assert resolve_draft_vocab(65536, 49152) == 49152  # never more than the target has
+
+
+@torch.no_grad()
+def test_layer_init_from_target_is_the_targets_last_layer_on_the_hidden_half():
+    """`draft.layer_init: target`: with the embedding half of q/k/v set to zero, the draft layer computes the
+    target's last decoder layer on the hidden state (its input norm as norm_hidden), checked against the
+    target's own forward pass; a target layer of other shapes is refused."""
+    llama = make_tiny_llama(V, layers=4, hidden=32, seed=7)
+    g = torch.Generator().manual_seed(8)
+    for layer in llama.model.layers:  # non-trivial norms, so that copying them is checked too
+        layer.input_layernorm.weight.uniform_(0.5, 1.5, generator=g)
+        layer.post_attention_layernorm.weight.uniform_(0.5, 1.5, generator=g)
+    draft = eagle3(llama)
+    draft.init_layer_from_target(llama.model.layers[-1])
+    for name in ("q_proj", "k_proj", "v_proj"):
+        getattr(draft.layer.self_attn, name).weight[:, :32] = 0
+    ids = torch.randint(0, V, (1, T), generator=g)
+    states = llama(
+        ids, output_hidden_states=True
+    ).hidden_states  # input of each layer, then the normed output
+    h = states[-2]
+    u = torch.cat([draft.norm_in(torch.randn(1, T, 32, generator=g)), draft.norm_hidden(h)], dim=-1)
+    out = draft.layer(h, u, torch.arange(T)[None], causal_mask(T))
+    torch.testing.assert_close(llama.model.norm(out), states[-1], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="no self_attn.o_proj of the draft layer's shape"):
+        eagle3(llama).init_layer_from_target(make_tiny_llama(V, layers=1, hidden=64).model.layers[0])
