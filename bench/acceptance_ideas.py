@@ -129,11 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             evaluate(target, str(ckpt), data, prompts, args, args.out / "eval" / set_name / f"{name}.json")
             for name, ckpt in {**drafters, "ngram": "ngram"}.items()
         ]
-        compared = args.out / "eval" / set_name / "compare.json"
         table = args.out / "eval" / set_name / "compare.md"
-        with table.open("w") as f:
-            run_compare = cli("compare", *map(str, reports), "--json", str(compared))
-            subprocess.run(run_compare, stdout=f, check=True)
+        with table.open("w") as f:  # run beside the reports, so that the table names them by file name
+            run_compare = cli("compare", *(r.name for r in reports), "--json", "compare.json")
+            subprocess.run(run_compare, stdout=f, check=True, cwd=table.parent)
         lines += ["", f"### {set_name} ({prompts} prompts of {data})", "", table.read_text().strip()]
         depth_rows = {r.stem: json.loads(r.read_text())["acceptance_by_depth"] for r in reports}
         lines += [

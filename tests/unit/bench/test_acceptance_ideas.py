@@ -1,0 +1,17 @@
+"""bench.acceptance_ideas: its arguments, read as the docstring says."""
+
+import pytest
+
+from bench.acceptance_ideas import parse_ideas, parse_sets
+
+
+def test_ideas_and_sets_are_parsed_and_bad_ones_refused():
+    assert parse_ideas(["ttt5=draft.ttt_steps=5,draft.step_decay=1.0"]) == {
+        "ttt5": ["draft.ttt_steps=5", "draft.step_decay=1.0"]
+    }
+    assert parse_sets(["gsm8k=data/g@x.jsonl@60"]) == {"gsm8k": ("data/g@x.jsonl", 60)}
+    for bad in ("ttt5", "=draft.ttt_steps=5", "ttt5="):
+        with pytest.raises(SystemExit, match="NAME=KEY=VALUE"):
+            parse_ideas([bad])
+    with pytest.raises(SystemExit, match="NAME=DATA@PROMPTS"):
+        parse_sets(["gsm8k=data/g.jsonl"])
