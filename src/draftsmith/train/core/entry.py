@@ -234,6 +234,7 @@ def _summary(cfg: ConfigT, result: LoopResult) -> dict[str, Any]:
         "heldout": result.eval,
         "heldout_at_start": result.initial_eval,
         "train": result.last_train,
+        **({"selection": result.selection} if result.selection else {}),
         "recipe": yaml.safe_load(config_yaml(cfg)),  # the resolved recipe (the Hub card shows it)
     }
 

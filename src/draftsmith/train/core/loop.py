@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from .distributed import shard_kind
 from .finite import check_finite
 from .method import LoopResult, TrainingMethod
 from .metrics import MetricsLog, MetricWindow
+from .selection import Selection
 from .settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 from .startup import Run, build_run, check_same_data, prepare_directory, resume_run
 
@@ -118,18 +119,28 @@ def run_training(
         eval_cfg=eval_cfg,
         metrics_log=MetricsLog(accelerator, output_dir),
         data_sha256=data_sha256,
+        selection=Selection(eval_cfg.select, eval_cfg.patience, shard_kind(accelerator) is not None),
     )
     # The starting point, so every run shows how far training moved the held-out metrics.
     initial_eval = loop.evaluate_and_log(step) if step == 0 else {}
     step, last_train = _train_steps(loop, step)
     eval_metrics = loop.evaluate_and_log(step)
+    loop.selection.offer(step, eval_metrics, run.model, accelerator)
     # The caller ends the run (`accelerator.end_training()`) after saving: ending it here would tear down
     # the process group, after which every rank believes it is the main process.
     # FSDP / ZeRO-3 leave each rank a shard of the drafter: gather it (a collective: every rank calls it).
     state_dict = accelerator.get_state_dict(run.model) if shard_kind(accelerator) is not None else None
     method.model = accelerator.unwrap_model(run.model)
+    chosen = loop.selection
+    if chosen.select == "best":  # final/ holds the best held-out evaluation's weights, not the last step's
+        state_dict, eval_metrics = chosen.restore(method.model), chosen.metrics
     return LoopResult(
-        step=step, last_train=last_train, eval=eval_metrics, initial_eval=initial_eval, state_dict=state_dict
+        step=step,
+        last_train=last_train,
+        eval=eval_metrics,
+        initial_eval=initial_eval,
+        state_dict=state_dict,
+        selection=chosen.summary() if chosen.select == "best" else None,
     )
 
 
@@ -148,6 +159,7 @@ class _Loop:
     eval_cfg: EvalConfig
     metrics_log: MetricsLog
     data_sha256: dict[str, str] | None = None  # the data's content, which resuming must match
+    selection: Selection = field(default_factory=lambda: Selection("last", 0, False))
 
     def held_out(self) -> dict[str, float]:
         """The held-out metrics now (empty without held-out data)."""
@@ -227,11 +239,16 @@ def _train_steps(loop: _Loop, step: int) -> tuple[int, dict[str, float]]:
             bar.set_postfix(loss=f"{last_train['train/loss']:.4f}")
             window.reset()
             t_window, tokens_window = time.perf_counter(), torch.zeros((), device=accelerator.device)
-        if loop.eval_cfg.every and step % loop.eval_cfg.every == 0 and step < run.total_steps:
-            loop.metrics_log.write(step, loop.held_out())
+        evaluated = loop.eval_cfg.every and step % loop.eval_cfg.every == 0 and step < run.total_steps
+        if evaluated:
+            metrics = loop.held_out()
+            loop.metrics_log.write(step, metrics)
+            loop.selection.offer(step, metrics, run.model, accelerator)
         if loop.checkpoint.every and step % loop.checkpoint.every == 0:
             loop.save(step)
             last_saved = step
+        if evaluated and loop.selection.stop:  # eval.patience: no better evaluation for that many in a row
+            break
     bar.close()
     if last_saved != step:
         loop.save(step)

@@ -34,6 +34,7 @@ class LoopResult:
     # The drafter's full weights gathered from FSDP / ZeRO-3 (main process), whose unwrapped module holds
     # only this rank's shards; None when the unwrapped module holds them (single, DDP, ZeRO-1/2).
     state_dict: dict[str, torch.Tensor] | None = None
+    selection: dict[str, Any] | None = None  # eval.select=best: the step final/ holds and its estimate
 
 
 class TrainingMethod:

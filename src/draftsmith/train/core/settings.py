@@ -103,6 +103,31 @@ class EvalConfig:
 
     every: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})
     micro_batch_size: int = field(default=8, metadata={"help": "Samples per evaluation forward pass."})
+    select: str = field(
+        default="last",
+        metadata={
+            "help": "Which drafter final/ holds: last (the last step's) or best (the held-out evaluation with the "
+            "highest teacher-forced tau estimate; needs eval.every > 0). train/core/selection.py."
+        },
+    )
+    patience: int = field(
+        default=0,
+        metadata={
+            "help": "With select=best: stop after N evaluations without a better one (0: never early)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.select not in ("last", "best"):
+            raise ValueError(f"eval.select must be 'last' or 'best', got {self.select!r}")
+        if self.select == "best" and self.every <= 0:
+            raise ValueError(
+                "eval.select=best ranks the held-out evaluations every eval.every steps: set eval.every > 0"
+            )
+        if self.patience < 0 or (self.patience and self.select != "best"):
+            raise ValueError(
+                f"eval.patience is a count of evaluations (>= 0) with eval.select=best, got {self.patience}"
+            )
 
 
 @dataclass
