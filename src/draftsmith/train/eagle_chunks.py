@@ -185,9 +185,8 @@ def eagle3_data_chunk(draft: Eagle3Draft) -> Callable[..., ChunkResult]:
             ce = token_cross_entropy(logits, target)
             sums.append((ce * kept * reached).sum().reshape(1))
             counts.append(mask.sum().float().reshape(1))
-            if (
-                k := draft.config.reach_topk
-            ):  # GRIFFIN: later steps train where these labels were in the top-k
+            # GRIFFIN (draft.reach_topk): later steps train only where these labels were in the top-k
+            if k := draft.config.reach_topk:
                 with torch.no_grad():
                     reached = reached & t2d[label] & within_topk(logits, target, k)
             if recomputing():
