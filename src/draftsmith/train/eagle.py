@@ -305,9 +305,23 @@ def build_method(cfg: EagleRecipe, target: FrozenTarget, data: DataBundle) -> Ea
     return EagleMethod(target, build_draft(cfg, target, data.train), objective=cfg.objective)
 
 
+def offline_target_layers(cfg: EagleRecipe) -> int:
+    """How many target layers a run from a feature cache loads: none, or with `draft.layer_init: target` all of
+    them (the loader builds the first k layers, and the draft layer starts from the last one)."""
+    return sys.maxsize if cfg.draft.version == 3 and cfg.draft.layer_init == "target" else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     return train_main(
-        Recipe(EagleRecipe, "draftsmith train eagle", __doc__ or "", build_method, cache_layers), argv
+        Recipe(
+            EagleRecipe,
+            "draftsmith train eagle",
+            __doc__ or "",
+            build_method,
+            cache_layers,
+            offline_target_layers,
+        ),
+        argv,
     )
 
 
