@@ -30,9 +30,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from draftsmith.models.claims import ClaimError, alike_difference, check_values
+from draftsmith.models.claims import alike_difference
 from draftsmith.runtime.display import fmt_value, table
 from draftsmith.runtime.errors import UserError, run_main
+
+from .gate import read_report
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def pair(
     if only:
         raise UserError(
             f"{names[0]} and {names[1]} did not answer the same prompts ({len(only)} answers in one only, e.g. "
-            f"{only[0][0]!r} turn {only[0][1]}); measure both on the same data and --max-prompts"
+            f"{only[0][0]!r} turn {only[0][1]}); measure both on the same data and --num-prompts"
         )
     ids = sorted(a)
     k = len(ids)
@@ -171,17 +173,6 @@ def markdown(results: Sequence[Paired]) -> list[str]:
     return table(header, rows)
 
 
-def read(path: Path) -> dict[str, Any]:
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise UserError(f"cannot read report {path}: {err}") from None
-    try:
-        return check_values(report, str(path))
-    except ClaimError as err:
-        raise UserError(str(err)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="draftsmith compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -203,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(
             f"--margin must be in (0, 1) and --sigmas above 0, got {args.margin} and {args.sigmas}"
         )
-    reports = [(str(p), read(p)) for p in args.reports]
+    reports = [(str(p), read_report(p)) for p in args.reports]  # one line for what is not a report
     (ref_name, ref), others = reports[0], reports[1:]
     results = [pair(ref, rep, (ref_name, name), args.margin, args.sigmas) for name, rep in others]
     print("\n".join(markdown(results)))

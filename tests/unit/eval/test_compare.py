@@ -146,3 +146,11 @@ def test_real_reports_of_the_tiny_target(tiny_toy_target, tmp_path, capsys):
     assert f"| {paths[1]} | {own['tau']:.3f} | {result['difference']:+.3f} ± {result['stderr']:.3f} |" in out
     with pytest.raises(UserError, match="a reference report and at least one other"):
         main([str(paths[0])])
+
+
+def test_a_file_that_is_not_a_report_is_one_line(tmp_path):
+    good, bad = tmp_path / "a.json", tmp_path / "b.json"
+    good.write_text(json.dumps(report([("p1", 0, 20, 10), ("p2", 0, 30, 20)])))
+    bad.write_text(json.dumps({"prompts": ["not a report"]}))
+    with pytest.raises(ValueError, match="b.json is not a `draftsmith eval` report"):
+        main([str(good), str(bad)])
