@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from bench.real_target import SHARED, cli, run
 
 DEFAULT_SETS = [
@@ -84,6 +86,11 @@ def parse_sets(items: list[str]) -> dict[str, tuple[str, int]]:
     return sets
 
 
+def reference_target(run_dir: Path) -> str:
+    """The target the reference run trained against, from its resolved config.yaml."""
+    return str(yaml.safe_load((run_dir / "config.yaml").read_text())["target"]["path"])
+
+
 def train_idea(run_dir: Path, name: str, overrides: list[str], out: Path) -> Path:
     """The idea trained with the reference run's resolved config and `overrides` (kept when already done)."""
     idea_dir = out / "train" / name
@@ -115,10 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ideas = parse_ideas(args.idea)
     sets = parse_sets(args.set or DEFAULT_SETS)
-    config = (args.run / "config.yaml").read_text()
-    target = next(
-        line.split(":", 1)[1].strip() for line in config.splitlines() if line.strip().startswith("path:")
-    )
+    target = reference_target(args.run)
     drafters = {"recipe": args.run / "final"}
     drafters.update({name: train_idea(args.run, name, o, args.out) for name, o in ideas.items()})
     lines = [

@@ -176,19 +176,21 @@ def eagle3_data_chunk(draft: Eagle3Draft) -> Callable[..., ChunkResult]:
     def fn(*parts: torch.Tensor) -> ChunkResult:
         *hidden, labels, masks = parts
         sums, counts, hits, alphas = [], [], [], []
-        reached = torch.ones_like(masks[..., 0])
+        reached = None  # every column trains until draft.reach_topk leaves some unreached
         for s, h in enumerate(hidden):
             label, mask = labels[..., s], masks[..., s]
             kept = (mask & t2d[label]).float()
             target = to_draft[label].clamp(min=0)
             logits = draft.logits(h).float()
             ce = token_cross_entropy(logits, target)
-            sums.append((ce * kept * reached).sum().reshape(1))
+            trained = kept if reached is None else kept * reached
+            sums.append((ce * trained).sum().reshape(1))
             counts.append(mask.sum().float().reshape(1))
             # GRIFFIN (draft.reach_topk): later steps train only where these labels were in the top-k
             if k := draft.config.reach_topk:
                 with torch.no_grad():
-                    reached = reached & t2d[label] & within_topk(logits, target, k)
+                    now = t2d[label] & within_topk(logits, target, k)
+                    reached = now if reached is None else reached & now
             if recomputing():
                 hits.append(logits.new_zeros(1))
                 alphas.append(logits.new_zeros(1))

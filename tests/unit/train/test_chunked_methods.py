@@ -158,21 +158,25 @@ def test_eagle1(small_target):
     check(method, b, oracle, {target.vocab_size})
 
 
-def test_eagle3_with_a_reduced_draft_vocabulary(small_target):
-    target = small_target
+def reduced_vocab_eagle3(target, config: EagleConfig, vd: int):
+    """An EAGLE-3 draft of `vd` tokens, its method and a batch. The draft vocabulary: the target's most frequent
+    greedy tokens on the batch, so that some soft labels are kept and others (argmax outside the vocabulary)
+    dropped; the head starts as the target's rows."""
     torch.manual_seed(0)
-    vd, steps = 5, 3
-    draft = _Eagle3Train(
-        EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps), target.model.config, vd
-    )
+    draft = _Eagle3Train(config, target.model.config, vd)
     b = batch(target.vocab_size)
-    # The draft vocabulary: the target's most frequent greedy tokens on this batch, so that some soft labels
-    # are kept and others (argmax outside the vocabulary) dropped; the head starts as the target's rows.
     greedy = target.forward(b["input_ids"], b["attention_mask"], return_logits=True)[1].argmax(-1)
     draft.set_vocab_map(*build_vocab_map(torch.bincount(greedy.flatten(), minlength=target.vocab_size), vd))
     draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
     draft.attach_target(target.embed_tokens, target.head)
-    method = EagleMethod(target, draft, loss_chunk=CHUNK)
+    return draft, EagleMethod(target, draft, loss_chunk=CHUNK), b
+
+
+def test_eagle3_with_a_reduced_draft_vocabulary(small_target):
+    target, steps, vd = small_target, 3, 5
+    draft, method, b = reduced_vocab_eagle3(
+        target, EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps), vd
+    )
 
     def oracle() -> tuple[torch.Tensor, dict]:
         feats, logits = target.forward(b["input_ids"], b["attention_mask"], (1, 2, 3), return_logits=True)
@@ -195,20 +199,10 @@ def test_eagle3_trains_only_the_columns_its_drafts_reach(small_target):
     """`draft.reach_topk: 2` (GRIFFIN) on soft labels: step s's loss keeps a column only where each earlier
     step's label (the target's argmax, in the draft vocabulary) was among the draft's top 2 there; the hits and
     alpha stay teacher-forced."""
-    target = small_target
-    torch.manual_seed(0)
-    vd, steps = 5, 3
-    draft = _Eagle3Train(
-        EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps, reach_topk=2),
-        target.model.config,
-        vd,
-    )
-    b = batch(target.vocab_size)
-    greedy = target.forward(b["input_ids"], b["attention_mask"], return_logits=True)[1].argmax(-1)
-    draft.set_vocab_map(*build_vocab_map(torch.bincount(greedy.flatten(), minlength=target.vocab_size), vd))
-    draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
-    draft.attach_target(target.embed_tokens, target.head)
-    method = EagleMethod(target, draft, loss_chunk=CHUNK)
+    target, steps = small_target, 3
+    config = EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps, reach_topk=2)
+    vd = 5
+    draft, method, b = reduced_vocab_eagle3(target, config, vd)
     dropped = []
 
     def oracle() -> tuple[torch.Tensor, dict]:
