@@ -21,8 +21,9 @@ answers that changed (more --prompts, or a file edited in place) get a new cache
      else stated as resting on the costs of draftsmith's own evaluator loop (--serving-depth).
 
 Runs on CPU with no network. The answers, the cache and training run in bfloat16 where the machine has it
-natively (--dtype auto). --budget short took 15 minutes on 2 idle cores with AVX512-BF16 (docs/BENCHMARKS.md:
-EAGLE-3 tau 1.52 chain / 1.74 tree against ngram's 1.29 chain on held-out prompts).
+natively (--dtype auto). --budget short took 60 minutes on 2 idle float32 cores, 25 of them vLLM's depth check
+(docs/BENCHMARKS.md, "The serving depth measured in vLLM"); its EAGLE-3 accepts 1.55 (chain) / 1.79 (tree)
+tokens per step against ngram's 1.29 (chain) on the held-out prompts ("Acceptance per token").
 """
 
 from __future__ import annotations
