@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from draftsmith.models.losses import divergence
+from draftsmith.models.divergences import divergence
 from draftsmith.models.target import FrozenTarget
 
 from .decoder import plain_decode

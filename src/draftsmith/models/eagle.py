@@ -16,6 +16,7 @@ settings whatever the target's own class is, driven here with 4D masks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,6 +79,15 @@ class EagleConfig:
             "trains at every step); 1 fits a chain, k a tree of k branches."
         },
     )
+    hass_topk: int = field(
+        default=0,
+        metadata={
+            "help": "EAGLE-3 with labels=target: HASS's harmonized objective (arXiv 2408.15766). Each step's loss "
+            "adds hass_weight x the soft cross-entropy over the target's k most likely tokens, the tokens a "
+            "draft is accepted with. 0 = off; HASS uses k 10 and weight 1."
+        },
+    )
+    hass_weight: float = field(default=1.0, metadata={"help": "EAGLE-3: weight of hass_topk's term."})
     layer: Literal["llama", "qwen3"] = field(
         default="llama",
         metadata={
@@ -109,11 +119,7 @@ class EagleConfig:
             raise ValueError(f"draft.version must be 1 (EAGLE-1) or 3 (EAGLE-3), got {self.version!r}")
         if self.ttt_steps < 1:
             raise ValueError(f"draft.ttt_steps must be >= 1, got {self.ttt_steps}")
-        if self.reach_topk < 0 or (self.reach_topk and self.version != 3):
-            raise ValueError(
-                f"draft.reach_topk is EAGLE-3's (0 = off, k >= 1 = top-k), got {self.reach_topk} with version "
-                f"{self.version}"
-            )
+        self._check_loss_options()
         if self.feature_layers is not None and len(self.feature_layers) != 3:
             raise ValueError(
                 f"draft.feature_layers needs 3 layer ids (low, mid, high), got {self.feature_layers}"
@@ -139,6 +145,24 @@ class EagleConfig:
         if self.draft_vocab_size < 0:
             raise ValueError(
                 f"draft.draft_vocab_size must be >= 0 (0 = full vocabulary), got {self.draft_vocab_size}"
+            )
+
+    def _check_loss_options(self) -> None:
+        """EAGLE-3's loss options: GRIFFIN's reach mask and HASS's top-k term."""
+        if self.reach_topk < 0 or (self.reach_topk and self.version != 3):
+            raise ValueError(
+                f"draft.reach_topk is EAGLE-3's (0 = off, k >= 1 = top-k), got {self.reach_topk} with version "
+                f"{self.version}"
+            )
+        if self.hass_topk < 0 or (self.hass_topk and (self.version != 3 or self.labels != "target")):
+            raise ValueError(
+                f"draft.hass_topk distils the target's top-k tokens: it needs draft.version=3 and "
+                f"draft.labels=target (got {self.hass_topk} with version {self.version}, labels {self.labels}); "
+                "0 turns it off"
+            )
+        if not (math.isfinite(self.hass_weight) and self.hass_weight >= 0):
+            raise ValueError(
+                f"draft.hass_weight must be a finite number >= 0 (e.g. 1.0), got {self.hass_weight}"
             )
 
 

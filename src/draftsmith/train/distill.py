@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 from draftsmith.models.chunking import LOSS_CHUNK_TOKENS, ChunkResult, chunk_positions, chunked_loss
+from draftsmith.models.divergences import distill_loss
 from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, draft_layer_indices, save_draft_lm
-from draftsmith.models.losses import distill_loss
 from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget, LayerId, stop_token_ids
 from draftsmith.models.target_parts import TargetHead

@@ -69,6 +69,11 @@ class EagleRecipe(RecipeConfig[EagleConfig], ObjectiveSection[EagleConfig]):
     draft: EagleConfig = field(default_factory=EagleConfig)
 
     def __post_init__(self) -> None:
+        if self.draft.hass_topk and self.objective.loss is not None:
+            raise ValueError(
+                f"draft.hass_topk adds HASS's term to EAGLE-3's own soft cross-entropy; objective.loss="
+                f"{self.objective.loss} replaces that loss: set objective.loss=null, or draft.hass_topk=0"
+            )
         if self.draft.labels != "target" and (
             self.objective.loss not in (None, "ce") or self.objective.weighting == "dpace"
         ):

@@ -126,7 +126,10 @@ def eagle3_step(
         weights = weights * reached
     if objective.loss is None:
         w = None if objective.weighting == "fixed" and reached is None else weights
-        loss, count, hit, alpha = eagle3_step_loss(logits, target_logits, mask, draft.t2d, w)
+        cfg = draft.config
+        loss, count, hit, alpha = eagle3_step_loss(
+            logits, target_logits, mask, draft.t2d, w, cfg.hass_topk, cfg.hass_weight
+        )
         return loss.reshape(1), count.reshape(1), {"top1": hit.reshape(1), "alpha": alpha.reshape(1)}
     with torch.no_grad():
         target, kept = target_view(draft, target_logits)

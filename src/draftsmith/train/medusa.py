@@ -28,8 +28,8 @@ from draftsmith.models.chunking import (
     recomputing,
     token_cross_entropy,
 )
+from draftsmith.models.divergences import divergence
 from draftsmith.models.losses import (
-    divergence,
     medusa_head_loss,
     medusa_hits,
     medusa_loss,

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from draftsmith.models.losses import divergence
+from draftsmith.models.divergences import divergence
 
 
 def softmax64(x: np.ndarray) -> np.ndarray:

@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 from conftest import make_tiny_llama
 
+from draftsmith.models.divergences import divergence
 from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import build_vocab_map
-from draftsmith.models.losses import divergence
 from draftsmith.models.medusa import MedusaConfig, MedusaHeads
 from draftsmith.models.mtp import MTPConfig, MTPDraft, shift_tokens
 from draftsmith.models.parts import shift_left

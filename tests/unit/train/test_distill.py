@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from draftsmith.models.divergences import divergence
 from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm, save_draft_lm
-from draftsmith.models.losses import divergence
 from draftsmith.train.distill import DistillConfig, DistillMethod
 
 

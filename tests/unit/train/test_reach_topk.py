@@ -20,7 +20,8 @@ B, C, S, V = 2, 7, 3, 6
 def fake_draft(k: int, t2d: torch.Tensor | None = None) -> Any:
     """A drafter whose hidden states are its logits, over a draft vocabulary `t2d` of the target's."""
     t2d = torch.ones(V, dtype=torch.bool) if t2d is None else t2d
-    return SimpleNamespace(t2d=t2d, config=SimpleNamespace(reach_topk=k), logits=lambda h: h)
+    cfg = SimpleNamespace(reach_topk=k, hass_topk=0, hass_weight=1.0)
+    return SimpleNamespace(t2d=t2d, config=cfg, logits=lambda h: h)
 
 
 def reference(logits, labels, masks, t2d, k):
