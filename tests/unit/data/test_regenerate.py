@@ -247,7 +247,9 @@ def test_serve_vllm_samples_with_the_servers_seed_not_one_per_request(
 
     monkeypatch.setattr(setup, "require_env", lambda name: SimpleNamespace(name=name))
     monkeypatch.setattr(vllm_server, "serve", serve)
-    monkeypatch.setattr(regen, "regenerate_via_endpoint", lambda s: seen.update(settings=s) or {})
+    monkeypatch.setattr(
+        regen, "regenerate_via_endpoint", lambda s, seeded=True: seen.update(settings=s, seeded=seeded) or {}
+    )
     args = [
         "--target",
         str(target),
@@ -260,4 +262,4 @@ def test_serve_vllm_samples_with_the_servers_seed_not_one_per_request(
     ]
     regenerate(parse_args([*args, "--temperature", temperature, "--seed", "7"]))
     assert seen["extra"] == (() if seeds else ("--seed", "7"))
-    assert seen["settings"].request_seeds is seeds and seen["settings"].endpoint == "http://127.0.0.1:1/v1"
+    assert seen["seeded"] is seeds and seen["settings"].endpoint == "http://127.0.0.1:1/v1"

@@ -207,10 +207,8 @@ def regenerate_served(settings: RegenerateArgs, engine_name: str) -> dict[str, A
     sampled = settings.temperature > 0
     extra = ("--seed", str(settings.seed)) if sampled else ()
     with serve(engine, target, log, name=SERVED_NAME, extra=extra) as server:
-        served = replace(
-            settings, target=None, endpoint=server.url, model=SERVED_NAME, request_seeds=not sampled
-        )
-        return regenerate_via_endpoint(served)
+        served = replace(settings, target=None, endpoint=server.url, model=SERVED_NAME)
+        return regenerate_via_endpoint(served, seeded=not sampled)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,8 +48,9 @@ from .regenerate_settings import RegenerateArgs
 COUNT_KEYS = ("answers", "truncated", "tool_call_differs", "prompt_tokens", "completion_tokens")
 
 
-def regenerate_via_endpoint(settings: RegenerateArgs) -> dict[str, Any]:
-    """Run the regeneration `settings` describe through `settings.endpoint`; returns the counts."""
+def regenerate_via_endpoint(settings: RegenerateArgs, seeded: bool = True) -> dict[str, Any]:
+    """Run the regeneration `settings` describe through `settings.endpoint` (a seed in every request unless
+    `seeded` is False); returns the counts."""
     client = client_for(settings)
     RegenOutput(settings.out, {}, []).check(settings.data)  # before the server is even asked
     model = served_model(client, settings.model)
@@ -59,7 +60,7 @@ def regenerate_via_endpoint(settings: RegenerateArgs) -> dict[str, Any]:
     todo = [i for i in range(len(convs)) if i not in done]
     counts = new_counts(len(convs), len(todo), COUNT_KEYS)
     bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=settings.no_progress)
-    answer = answerer(client, model["id"], settings.sampling, convs, settings.request_seeds)
+    answer = answerer(client, model["id"], settings.sampling, convs, seeded)
     start = time.perf_counter()
     with output.appending() as writer:
 

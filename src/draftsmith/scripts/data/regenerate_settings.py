@@ -39,7 +39,6 @@ class RegenerateArgs:
     device: str | None
     dtype: Literal["auto", "float32", "bfloat16", "float16"]
     no_progress: bool
-    request_seeds: bool = True  # not a flag: a seed in every request (off for --serve vllm's sampled answers)
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> RegenerateArgs:
