@@ -38,6 +38,8 @@ def test_vllm_measures_the_tau_draftsmith_measures(vllm_env, tiny_toy_target, tm
     assert "relative difference, vLLM vs the evaluator" in proc.stdout
 
 
+@pytest.mark.slow  # about 4 minutes: two vLLM servers at two concurrencies and two context lengths; the closed loop
+# above keeps vLLM in the default run
 def test_speedup_curves_over_concurrency_and_context_in_vllms_server(vllm_env, tiny_toy_target, tmp_path):
     """The n-gram proposer (nothing to train) against plain serving: every level decodes the same answers (equal
     completion tokens at T = 0), and the verdict is the rule applied to the measured rows."""

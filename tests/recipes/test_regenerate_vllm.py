@@ -21,6 +21,7 @@ from draftsmith.scripts.data.regenerate import parse_args, regenerate
 pytestmark = pytest.mark.engine
 
 
+@pytest.mark.slow  # about 2 minutes; the served path's answers and resume stay in the default run (below)
 def test_regeneration_through_vllm_survives_a_killed_server(vllm_env, smollm2_target, shared_data, tmp_path):
     questions = [json.loads(line) for line in (shared_data / "mt_bench" / "question.jsonl").open()][:12]
     rows = [
