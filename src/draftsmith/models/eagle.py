@@ -79,6 +79,15 @@ class EagleConfig:
             "trains at every step); 1 fits a chain, k a tree of k branches."
         },
     )
+    train_on: Literal["answers", "all"] = field(
+        default="answers",
+        metadata={
+            "help": "Which positions train. answers: the assistant tokens (the data's loss mask). all: every real "
+            "token, the prompts' too, each labelled with the target's own prediction there (labels top1 or "
+            "target): more supervised positions from the same conversations. The held-out metrics stay on the "
+            "answers either way."
+        },
+    )
     hass_topk: int = field(
         default=0,
         metadata={
@@ -159,6 +168,13 @@ class EagleConfig:
                 f"draft.hass_topk distils the target's top-k tokens: it needs draft.version=3 and "
                 f"draft.labels=target (got {self.hass_topk} with version {self.version}, labels {self.labels}); "
                 "0 turns it off"
+            )
+        if self.train_on not in ("answers", "all"):
+            raise ValueError(f"draft.train_on must be 'answers' or 'all', got {self.train_on!r}")
+        if self.train_on == "all" and self.labels == "data":
+            raise ValueError(
+                "draft.train_on=all trains the prompts' positions too, where the data's next token is the user's, "
+                "not the target's: set draft.labels=top1 (or target), or draft.train_on=answers"
             )
         if not (math.isfinite(self.hass_weight) and self.hass_weight >= 0):
             raise ValueError(

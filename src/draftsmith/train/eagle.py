@@ -141,6 +141,17 @@ class EagleMethod(TrainingMethod):
         self.feature_layers: tuple[LayerId, ...] = tuple(draft.feature_layers)
         self.labels = "target" if self.version == 1 else draft.config.labels
         self.soft_labels = self.labels == "target"
+        self.train_on = draft.config.train_on
+
+    def prepare_batch(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], step: int, micro_batch: int, rank: int
+    ) -> dict[str, torch.Tensor]:
+        """`draft.train_on: all`: a training batch's loss mask becomes every real token, so the prompts' positions
+        train too (with the target's own predictions as labels); held-out batches never pass here and keep the
+        answers' mask."""
+        if self.train_on == "answers":
+            return batch
+        return {**batch, "loss_mask": batch["attention_mask"].to(batch["loss_mask"].dtype)}
 
     def _masks(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """Each TTT step's loss mask (`step_masks`); with data labels, also where the label token exists (top1's
