@@ -3,7 +3,8 @@ prefixes of one shuffled data mix, each measured by real speculative decoding on
 next to ngram, and the fitted curve's prediction of the largest point from the smaller ones.
 
     python -m bench.scaling --target DIR --mix mix.jsonl --cache CACHE --out OUT \
-        [--sizes 64k,256k,1m,2m] [--eval-prompts 16] [--eval-tokens 96] [--goal-tau 2.0] [--table-only] \
+        [--sizes 64k,256k,1m,2m] [--min-seen 256k] [--max-epochs 4] [--eval-prompts 16] [--eval-tokens 96] \
+        [--goal-tau 2.0] [--table-only] \
         [--sets mt_bench,gsm8k,humaneval] [--set KEY=VALUE ...] [--drafter NAME=CKPT@TOKENS ...]
 
 The mix and its cache come first (docs/BENCHMARKS.md, "Training data at scale"):
@@ -15,7 +16,8 @@ The mix and its cache come first (docs/BENCHMARKS.md, "Training data at scale"):
 Sizes are training tokens (samples' tokens, prompt included): each point trains on the cache's first samples
 up to that many tokens (`data.max_samples`), so the points are nested samples of the same mix and share one
 held-out split. One rule for every size: `train.epochs = min(4, max(1, 256k / tokens))` (every drafter sees
-at least one epoch and at least 256k tokens), recipes/eagle/eagle3_smollm2_scale.yaml otherwise, bfloat16
+at least one epoch and at least 256k tokens; `--min-seen` and `--max-epochs` change the 256k and the 4),
+recipes/eagle/eagle3_smollm2_scale.yaml otherwise, bfloat16
 autocast where the CPU has it. Each drafter is evaluated at T = 0 as a chain of depth 5 (plain decoding once
 per set, every answer checked against it), with the evaluator's recommended depth and its expected speedup.
 Resumable: a trained size and a written report are kept.
@@ -35,8 +37,8 @@ from bench.real_target import EVAL_SETS, SHARED, cli, eval_items, run
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "eagle" / "eagle3_smollm2_scale.yaml"
-MIN_TOKENS = 256 * 1024  # the rule: at least one epoch and at least this many tokens seen
-MAX_EPOCHS = 4.0
+MIN_SEEN = "256k"  # the rule's defaults: at least one epoch and at least this many tokens seen,
+MAX_EPOCHS = 4.0  # and at most this many epochs (--min-seen, --max-epochs)
 
 
 def parse_size(text: str) -> int | None:
@@ -63,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--eval-prompts", type=int, default=16, help="items per set (MT-bench: half, two turns each)"
     )
     p.add_argument("--eval-tokens", type=int, default=96, help="new tokens per answer")
+    p.add_argument(
+        "--min-seen",
+        default=MIN_SEEN,
+        help="each point trains at least one epoch and at least this many tokens in all (k, m)",
+    )
+    p.add_argument("--max-epochs", type=float, default=MAX_EPOCHS, help="and at most this many epochs")
     p.add_argument("--goal-tau", type=float, default=2.0, help="the tau whose data need is estimated")
     p.add_argument(
         "--drafter",
@@ -118,8 +126,11 @@ def extra_drafters(args: argparse.Namespace) -> dict[str, tuple[str, int | None]
     return out
 
 
-def epochs_for(tokens: int) -> float:
-    return min(MAX_EPOCHS, max(1.0, MIN_TOKENS / tokens))
+def epochs_for(args: argparse.Namespace, tokens: int) -> float:
+    min_seen = parse_size(args.min_seen)
+    if min_seen is None:
+        raise SystemExit(f"--min-seen {args.min_seen!r}: expected a token count such as 256k or 1m")
+    return min(args.max_epochs, max(1.0, min_seen / tokens))
 
 
 def train(args: argparse.Namespace, samples: int, tokens: int) -> Path:
@@ -129,7 +140,7 @@ def train(args: argparse.Namespace, samples: int, tokens: int) -> Path:
     final = run_dir / "final"
     if final.is_dir():
         return final
-    epochs = epochs_for(tokens)
+    epochs = epochs_for(args, tokens)
     print(f"[train] {tokens:,} tokens ({samples:,} samples), {epochs:g} epochs", flush=True)
     bf16 = native_bfloat16()
     t0 = time.perf_counter()
@@ -236,7 +247,7 @@ def table(args: argparse.Namespace, points: list[tuple[int, int]]) -> str:
             wall = ckpt / "wall_s.txt" if (ckpt / "wall_s.txt").is_file() else ckpt.parent / "wall_s.txt"
         meta = [
             "-" if tokens is None else f"{tokens:,}",
-            f"{epochs_for(tokens):g}" if name.startswith("tokens-") and tokens else "-",
+            f"{epochs_for(args, tokens):g}" if name.startswith("tokens-") and tokens else "-",
             f"{float(wall.read_text()):.0f} s" if wall.is_file() else "-",
         ]
         if name == "ngram":

@@ -46,6 +46,20 @@ def test_each_size_trains_with_the_rule_and_the_overrides(
     assert len(commands) == 1  # a trained size is kept
 
 
+def test_the_rule_reads_its_floor_and_ceiling_from_the_command_line() -> None:
+    argv = ["--target", "T", "--mix", "m", "--cache", "C"]
+    default = scaling.build_parser().parse_args(argv)
+    assert [scaling.epochs_for(default, n * 1024) for n in (32, 128, 512)] == [4.0, 2.0, 1.0]
+    longer = scaling.build_parser().parse_args([*argv, "--min-seen", "1m", "--max-epochs", "10"])
+    # 1,048,576 tokens seen: 10 epochs at most for 90k, 1,048,576 / 368,640 for 360k, one epoch from 1m
+    assert scaling.epochs_for(longer, 90 * 1024) == 10.0
+    assert scaling.epochs_for(longer, 360 * 1024) == pytest.approx(1024 / 360)
+    assert scaling.epochs_for(longer, 2 * 1024 * 1024) == 1.0
+    bad = scaling.build_parser().parse_args([*argv, "--min-seen", "all"])
+    with pytest.raises(SystemExit, match="--min-seen 'all'"):
+        scaling.epochs_for(bad, 1000)
+
+
 def test_the_table_names_a_shallower_depth_and_finds_an_extras_wall_time(tmp_path: Path) -> None:
     import json
 
