@@ -8,6 +8,7 @@ where draftsmith is not installed)."""
 
 import argparse
 import logging
+import math
 import shutil
 import sys
 import time
@@ -169,6 +170,7 @@ def speculators_argv(
     ckpt_dir: Path,
     budget: int,
     layer_ids: list[int],
+    epochs: int = 1,
 ) -> list[str]:
     """The `speculators train` flags both drivers set alike (their docstrings explain each); each adds its own."""
     return [
@@ -197,7 +199,7 @@ def speculators_argv(
         "--max-steps",
         str(a.steps),
         "--epochs",
-        "1",
+        str(epochs),
         "--total-seq-len",
         str(budget),
         "--hidden-states-dtype",
@@ -262,11 +264,17 @@ def prepare_data(a: argparse.Namespace, data_dir: Path, token_freq: bool) -> tup
     return n_samples, lengths
 
 
-def token_budget(a: argparse.Namespace, n_samples: int, lengths: list[int]) -> int:
-    """--total-seq-len, or the largest packing budget giving at least --steps batches (see the docstring)."""
+def token_budget(a: argparse.Namespace, n_samples: int, lengths: list[int]) -> tuple[int, int]:
+    """`(budget, epochs)`: --total-seq-len, or the largest packing budget giving at least N // --batch-size
+    batches an epoch (so a step packs about --batch-size samples, as the other trainers' steps hold), and the
+    epochs that make at least --steps steps (--max-steps stops there: 120 steps over 337 samples of batch 8 are
+    2.84 epochs, as for draftsmith and ModelOpt, not one epoch of 2.8-sample steps)."""
+    per_epoch = max(1, n_samples // a.batch_size)
     if a.total_seq_len:
-        return a.total_seq_len
-    return pick_token_budget(lengths, max(max(1, n_samples // a.batch_size), a.steps), a.seq_len, a.seed)[0]
+        budget = a.total_seq_len
+    else:
+        budget, per_epoch = pick_token_budget(lengths, per_epoch, a.seq_len, a.seed)
+    return budget, max(1, math.ceil(a.steps / max(1, per_epoch)))
 
 
 def build_loader(

@@ -87,9 +87,9 @@ def main():
     layer_ids = [int(x) for x in a.aux_layers.split(",")]
 
     n_samples, lengths = prepare_data(a, data_dir, token_freq=True)  # its vocabulary map: all V tokens
-    budget = token_budget(a, n_samples, lengths)
+    budget, epochs = token_budget(a, n_samples, lengths)
     argv = [
-        *speculators_argv(a, "dflash", out, data_dir, ckpt_dir, budget, layer_ids),
+        *speculators_argv(a, "dflash", out, data_dir, ckpt_dir, budget, layer_ids, epochs),
         "--num-layers",
         str(a.num_draft_layers),
         "--full-attention-indices",

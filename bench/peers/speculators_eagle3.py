@@ -160,11 +160,11 @@ def main():
 
     # ---- 1. data, as `speculators prepare-data` ----
     n_samples, lengths = prepare_data(a, data_dir, token_freq=True)
-    budget = token_budget(a, n_samples, lengths)
+    budget, epochs = token_budget(a, n_samples, lengths)
 
     # ---- 2./3. config from real `speculators train` flags ----
     argv = [
-        *speculators_argv(a, "eagle3", out, data_dir, ckpt_dir, budget, layer_ids),
+        *speculators_argv(a, "eagle3", out, data_dir, ckpt_dir, budget, layer_ids, epochs),
         "--num-layers",
         str(a.num_draft_layers),
         "--draft-vocab-size",
