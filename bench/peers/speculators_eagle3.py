@@ -64,10 +64,11 @@ Deviations from speculators' defaults, and why:
     (default 1%), --max-steps 292, --epochs 1 (default 20), --num-workers 0 (default 12; 2 cores and the
     target runs inside the loader).
   * --total-seq-len (default 8192): speculators has no "batch size"; it packs samples into one row of
-    total_seq_len tokens. To match "--steps optimizer steps of --batch-size sequences = one epoch", the
-    driver picks the largest token budget for which speculators' own multipack sampler yields at least
-    --steps batches (N // batch-size) for this data and seed, so the tokens per step equal those of
-    batch-size average sequences (reported in train_log.json: samples/tokens per step).
+    total_seq_len tokens. To match "--steps optimizer steps of --batch-size sequences", the driver picks the
+    largest token budget for which speculators' own multipack sampler yields at least N // batch-size batches
+    an epoch for this data and seed, so the tokens per step equal those of batch-size average sequences
+    (reported in train_log.json: samples/tokens per step), and passes --epochs ceil(steps / batches an epoch)
+    with --max-steps steps (speculators' schedule then decays over --max-steps).
   * train/validation split: speculators' `create_train_val_loaders` insists on 0 < train_data_ratio < 1
     (default 0.9 holds 10% out). Here every sample trains (the matched setting is one epoch over all the
     data), so the driver builds the train loader itself from speculators' own pieces (`ArrowDataset`
