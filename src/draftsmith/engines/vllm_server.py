@@ -65,14 +65,16 @@ def serve(
     max_model_len: int = 4096,
     extra: Sequence[str] = (),
     enforce_eager: bool = True,
+    dtype: str = "float32",
 ) -> Iterator[Server]:
-    """Serve `model` (float32; eager unless `enforce_eager` is False: torch.compile takes a minute more to start)
-    on 127.0.0.1 under the name `name` until the block ends."""
+    """Serve `model` in `dtype` (float32 unless asked: bfloat16 on the CPU is not batch-invariant; eager unless
+    `enforce_eager` is False: torch.compile takes a minute more to start) on 127.0.0.1 under the name `name`
+    until the block ends."""
     port = free_port()
     cmd = [
         *(str(engine.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)),
         *("--host", "127.0.0.1", "--port", str(port), "--served-model-name", name),
-        *("--dtype", "float32", "--max-model-len", str(max_model_len), *extra),
+        *("--dtype", dtype, "--max-model-len", str(max_model_len), *extra),
     ]
     if enforce_eager:
         cmd.append("--enforce-eager")

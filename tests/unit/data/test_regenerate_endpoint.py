@@ -332,6 +332,28 @@ def test_a_server_that_dies_mid_run_loses_nothing_on_rerun(server, tmp_path):
     assert sorted(json.loads(line)["index"] for line in out.open()) == list(range(10))
 
 
+def test_a_served_dtype_is_part_of_the_targets_identity(server, tmp_path):
+    """`--serve` in bfloat16 writes other greedy answers than float32: the dtype it served is checked on
+    resume, and float32 (the default) records none, so files written before it was recorded still resume."""
+    from draftsmith.scripts.data.regenerate_endpoint import regenerate_via_endpoint
+
+    srv = server()
+    data = write_data(tmp_path / "in.jsonl", two_turn_chats(2))
+    out = tmp_path / "out.jsonl"
+    base = ["--endpoint", srv.url, "--data", data, "--out", str(out), "--no-progress"]
+    regenerate_via_endpoint(parse_args([*base, "--max-samples", "1"]), served_dtype="bfloat16")
+    meta = json.loads(out.with_name("out.jsonl.meta.json").read_text())
+    assert meta["target"]["dtype"] == "bfloat16"
+    with pytest.raises(UserError, match=r"the served model differs \(dtype 'bfloat16' -> none\)"):
+        regenerate_via_endpoint(parse_args(base))  # float32 now: refused, nothing appended
+    assert len(out.read_text().splitlines()) == 1
+    counts = regenerate_via_endpoint(parse_args(base), served_dtype="bfloat16")
+    assert counts["skipped"] == 1 and counts["written"] == 1
+    plain = tmp_path / "plain.jsonl"
+    run(srv.url, data, plain)
+    assert "dtype" not in json.loads(plain.with_name("plain.jsonl.meta.json").read_text())["target"]
+
+
 def test_api_key_comes_from_the_named_variable(server, tmp_path, monkeypatch):
     srv = server()
     data = write_data(tmp_path / "in.jsonl", two_turn_chats(1))

@@ -48,14 +48,18 @@ from .regenerate_settings import RegenerateArgs
 COUNT_KEYS = ("answers", "truncated", "tool_call_differs", "prompt_tokens", "completion_tokens")
 
 
-def regenerate_via_endpoint(settings: RegenerateArgs, seeded: bool = True) -> dict[str, Any]:
+def regenerate_via_endpoint(
+    settings: RegenerateArgs, seeded: bool = True, served_dtype: str = "float32"
+) -> dict[str, Any]:
     """Run the regeneration `settings` describe through `settings.endpoint` (a seed in every request unless
-    `seeded` is False); returns the counts."""
+    `seeded` is False; `served_dtype`: the weights' dtype where draftsmith started the server); returns the
+    counts."""
     client = client_for(settings)
     RegenOutput(settings.out, {}, []).check(settings.data)  # before the server is even asked
     model = served_model(client, settings.model)
     convs = read_conversations(settings.data, settings.format, settings.max_samples)
-    output = RegenOutput(settings.out, endpoint_meta(settings, client, model, convs), convs)
+    meta = endpoint_meta(settings, client, model, convs, served_dtype)
+    output = RegenOutput(settings.out, meta, convs)
     done = output.resume(settings.retry_failed)
     todo = [i for i in range(len(convs)) if i not in done]
     counts = new_counts(len(convs), len(todo), COUNT_KEYS)
@@ -121,13 +125,21 @@ IDENTITY_KEYS = ("root", "parent", "meta")  # what servers say of the weights: v
 
 
 def endpoint_meta(
-    settings: RegenerateArgs, client: EndpointClient, model: dict[str, Any], convs: list[Conversation]
+    settings: RegenerateArgs,
+    client: EndpointClient,
+    model: dict[str, Any],
+    convs: list[Conversation],
+    served_dtype: str = "float32",
 ) -> dict[str, Any]:
     """The meta file's settings: the served model is the target, by its id and what the server says of its
-    weights (checked on resume); where and how it was asked is recorded."""
+    weights, and a dtype other than float32 that `--serve` gave them (checked on resume: bfloat16's greedy
+    answers are not float32's; float32 adds nothing, so files written before keep resuming); where and how it
+    was asked is recorded."""
     identity = {"served_model": model["id"]} | {
         k: model[k] for k in IDENTITY_KEYS if model.get(k) is not None
     }
+    if served_dtype != "float32":
+        identity["dtype"] = served_dtype
     return run_meta(
         settings.sampling,
         identity,
