@@ -170,7 +170,7 @@ def speculators_argv(
     ckpt_dir: Path,
     budget: int,
     layer_ids: list[int],
-    epochs: int = 1,
+    epochs: int,
 ) -> list[str]:
     """The `speculators train` flags both drivers set alike (their docstrings explain each); each adds its own."""
     return [
