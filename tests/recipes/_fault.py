@@ -11,6 +11,8 @@ FAULT is one of
     fill:STEP:FREE         fill the run's filesystem to leave FREE bytes just before checkpoint-STEP
     fill-unestimated:STEP:FREE   the same, and the space estimate says 0 (so the write itself hits the full disk)
     fill-final:FREE        fill the run's filesystem to leave FREE bytes just before final/ is written
+    signal:STEP:NAMES[:N]  send the process the signals NAMES (INT, TERM; comma-separated, in that order) N
+                           times over (default 1) during optimizer step STEP, as Ctrl-C or a scheduler would
 
 The faults are planted by wrapping draftsmith's own functions in this process only; the product has no
 fault-injection code.
@@ -106,8 +108,26 @@ def plant(fault: str, argv: list[str]) -> None:
             return save_final(output_dir, *args, **kwargs)
 
         entry._save_final = filling_save_final
+    elif kind == "signal":
+        times = int(params[2]) if len(params) > 2 else 1
+        signals = [getattr(signal, f"SIG{name}") for name in params[1].split(",")] * times
+        _signal_during_step(int(params[0]), signals)
     else:
         raise SystemExit(f"unknown fault {fault!r}")
+
+
+def _signal_during_step(step: int, signals: list[signal.Signals]) -> None:
+    import draftsmith.train.core.loop as loop
+
+    original = loop._optimizer_step
+
+    def wrapped(run, at_step, *args, **kwargs):
+        if at_step + 1 == step:  # at_step counts the steps done before this one
+            for sig in signals:
+                os.kill(os.getpid(), sig)
+        return original(run, at_step, *args, **kwargs)
+
+    loop._optimizer_step = wrapped  # type: ignore[assignment]  # a spy with the same call signature
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Faults in the middle of a training run, planted at exact points (tests/recipes/_fault.py): SIGKILL while a
-checkpoint or final/ is half written, a second writer while a run is going and two runs started at once, and a
-real full or read-only filesystem (a tmpfs mounted for the test). Every fault ends in one line or a kill, loses
-nothing of the earlier good state, and the resumed run equals the uninterrupted one bit for bit.
+checkpoint or final/ is half written, a second writer while a run is going and two runs started at once, a real
+full or read-only filesystem (a tmpfs mounted for the test), and Ctrl-C or SIGTERM in the middle of a step.
+Every fault ends in one line or a kill, loses nothing of the earlier good state, and the resumed run equals the
+uninterrupted one bit for bit.
 
 Medusa-1 on the `tiny` toy target, CPU, through the command a user runs (`SHORT`: 6 steps, a checkpoint
 every 2)."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from _run import REPO, SHORT, env, run_recipe, same_weights
 
 from draftsmith.runtime.run_lock import LOCK_NAME
@@ -227,3 +230,61 @@ def test_training_into_a_full_or_read_only_disk_is_refused_before_the_first_step
     line = _one_error_line(run_recipe(tiny_toy_target, small_disk / "run2", *SHORT, check=False))
     assert "read-only filesystem" in line and str(small_disk) in line
     assert json.dumps(sorted(p.name for p in small_disk.iterdir())) == '["run"]'
+
+
+# ---- stopped on request (Ctrl-C, a scheduler's SIGTERM) -----------------------------------------------------
+
+
+def _stopped_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_ctrl_c_finishes_the_step_saves_it_and_the_resumed_run_is_bit_identical(
+    straight, tiny_toy_target, tmp_path
+):
+    out = tmp_path / "run"
+    line = _stopped_line(_faulty("signal:3:INT", tiny_toy_target, out))
+    config = out / "config.yaml"
+    assert line == (
+        f"stopped at step 3 of 6; checkpoint-3 saved in {out}. Continue the run: draftsmith train medusa "
+        f"--config {config} --resume. Or write the drafter of step 3 now, without training further: "
+        f"draftsmith train medusa --config {config} --resume train.max_steps=3"
+    )
+    assert _train_steps(out) == [1, 2, 3]  # the step under way when the signal came was finished
+    assert (out / "checkpoint-3" / "manifest.json").is_file() and not (out / "final").exists()
+    assert not (out / LOCK_NAME).exists()
+    _resumed_equals_straight(tiny_toy_target, out, straight)
+
+
+def test_sigterm_stops_the_same_way_and_the_printed_command_writes_that_steps_drafter(
+    tiny_toy_target, tmp_path
+):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "run"
+    line = _stopped_line(_faulty("signal:3:TERM", tiny_toy_target, out))
+    command = shlex.split(line.split("without training further: ")[1])
+    assert command[:3] == ["draftsmith", "train", "medusa"]
+    cli = [sys.executable, "-m", "draftsmith.scripts.cli", *command[1:]]
+    proc = subprocess.run(cli, env=env(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _train_steps(out) == [1, 2, 3]  # no step ran
+    final = load_file(str(out / "final" / "model.safetensors"))
+    saved = load_file(str(out / "checkpoint-3" / "model.safetensors"))
+    assert final.keys() == saved.keys() and all(torch.equal(final[k], saved[k]) for k in final)
+
+
+def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(tiny_toy_target, tmp_path):
+    out = tmp_path / "run"
+    line = _stopped_line(_faulty("signal:3:INT:2", tiny_toy_target, out))
+    assert line == "interrupted"
+    assert _train_steps(out) == [1, 2] and (out / "checkpoint-2" / "manifest.json").is_file()
+    assert not (out / "checkpoint-3").exists() and not (out / "checkpoint-3.tmp").exists()
+
+
+def test_a_sigterm_after_ctrl_c_still_stops_after_the_step(tiny_toy_target, tmp_path):
+    """What `accelerate launch` does to its workers when the terminal sends Ctrl-C: a SIGTERM follows."""
+    out = tmp_path / "run"
+    line = _stopped_line(_faulty("signal:3:INT,TERM", tiny_toy_target, out))
+    assert line.startswith("stopped at step 3 of 6;") and (out / "checkpoint-3" / "manifest.json").is_file()

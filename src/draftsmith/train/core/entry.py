@@ -120,6 +120,7 @@ def _train(
         checkpoint=cfg.checkpoint,
         eval_cfg=cfg.eval,
         config_yaml=config_yaml(cfg),
+        prog=recipe.prog,
         resume=resume,
         trust_pickle=trust_pickle,
         data_sha256=data.content,

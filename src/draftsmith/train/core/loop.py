@@ -19,6 +19,7 @@ from accelerate import Accelerator
 from torch import nn
 from tqdm.auto import tqdm
 
+from draftsmith.runtime.errors import Interrupted
 from draftsmith.runtime.files import write_text
 
 from .checkpointing import save_checkpoint
@@ -31,6 +32,7 @@ from .metrics import MetricsLog, MetricWindow
 from .selection import Selection
 from .settings import CheckpointConfig, EvalConfig, LogConfig, TrainConfig
 from .startup import Run, build_run, check_same_data, prepare_directory, resume_run
+from .stop import StopRequest, stopped_message
 
 
 def _batches(dataset: Any, indices: list[list[int]], pad_id: int, device: torch.device) -> Iterator[dict]:
@@ -89,6 +91,7 @@ def run_training(
     checkpoint: CheckpointConfig,
     eval_cfg: EvalConfig,
     config_yaml: str,
+    prog: str,
     resume: str | None = None,
     trust_pickle: bool = False,
     data_sha256: dict[str, str] | None = None,
@@ -96,6 +99,7 @@ def run_training(
     """Train `method.model` and return the final step, last logged train metrics and held-out metrics.
 
     `config_yaml` (the resolved recipe config) is saved in the run directory and every checkpoint.
+    `prog`: the recipe's command, which the message of a run stopped by Ctrl-C / SIGTERM names (stop.py).
     `trust_pickle`: resume from a checkpoint holding pickle files (see checkpointing.resolve_resume).
     `data_sha256`: the sha256 of each local data file the samples come from (data_content.py), recorded in
     every checkpoint's trainer_state.json; resuming a checkpoint whose data changed since is refused.
@@ -120,6 +124,7 @@ def run_training(
         metrics_log=MetricsLog(accelerator, output_dir),
         data_sha256=data_sha256,
         selection=Selection(eval_cfg.select, eval_cfg.patience, shard_kind(accelerator) is not None),
+        prog=prog,
     )
     # The starting point, so every run shows how far training moved the held-out metrics.
     initial_eval = loop.evaluate_and_log(step) if step == 0 else {}
@@ -160,6 +165,7 @@ class _Loop:
     metrics_log: MetricsLog
     data_sha256: dict[str, str] | None = None  # the data's content, which resuming must match
     selection: Selection = field(default_factory=lambda: Selection("last", 0, False))
+    prog: str = "draftsmith train"  # the recipe's command, for the message of a stopped run
 
     def held_out(self) -> dict[str, float]:
         """The held-out metrics now (empty without held-out data)."""
@@ -214,7 +220,16 @@ class _Loop:
 
 def _train_steps(loop: _Loop, step: int) -> tuple[int, dict[str, float]]:
     """The optimizer steps from `step` to the last, with logging, held-out evaluation and checkpoints on their
-    schedules and a checkpoint of the last step; returns the last step and the last logged train metrics."""
+    schedules and a checkpoint of the last step; returns the last step and the last logged train metrics.
+
+    Raises:
+        Interrupted: Ctrl-C or SIGTERM (stop.py): after the step under way and a checkpoint of it.
+    """
+    with StopRequest() as stop:
+        return _steps_until_done_or_stopped(loop, step, stop)
+
+
+def _steps_until_done_or_stopped(loop: _Loop, step: int, stop: StopRequest) -> tuple[int, dict[str, float]]:
     run, accelerator = loop.run, loop.run.accelerator
     window = MetricWindow(run.method.term_names, run.method.term_weights)
     last_train: dict[str, float] = {}
@@ -249,6 +264,12 @@ def _train_steps(loop: _Loop, step: int) -> tuple[int, dict[str, float]]:
             last_saved = step
         if evaluated and loop.selection.stop:  # eval.patience: no better evaluation for that many in a row
             break
+        if stop.agreed(accelerator):
+            bar.close()
+            if last_saved != step:
+                loop.save(step)
+            message = stopped_message(loop.prog, run.output_dir, step, run.total_steps)
+            raise Interrupted(message if accelerator.is_main_process else "")
     bar.close()
     if last_saved != step:
         loop.save(step)
