@@ -1,0 +1,105 @@
+"""Where prompt lookup's lead comes from: the answers split by how much of them prompt lookup could copy.
+
+    python -m bench.repeat_split NGRAM.json DRAFTER.json [--threshold 2.0]
+
+Both reports are `draftsmith eval` runs over the same prompts (the same answers: every run is lossless). An
+answer is "repeating" when prompt lookup's own tau on it is at least --threshold: its tokens largely continue
+text seen earlier (the prompt, or the answer looping on itself), which an n-gram copy finds and a drafter must
+learn to copy. For each part, both drafters' pooled tau (tokens over verification steps, as the evaluator
+pools it) and the share of all answer tokens in that part. A drafter that trails prompt lookup overall but
+leads it on the other answers is limited by copying, not by predicting the target's next tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the answers: how many, their tokens, and each drafter's verification steps over them."""
+
+    answers: int
+    tokens: int
+    steps_ngram: int
+    steps_drafter: int
+
+    @property
+    def tau_ngram(self) -> float:
+        return self.tokens / self.steps_ngram if self.steps_ngram else float("nan")
+
+    @property
+    def tau_drafter(self) -> float:
+        return self.tokens / self.steps_drafter if self.steps_drafter else float("nan")
+
+
+def _answers(report: dict) -> dict[tuple[str, int], dict]:
+    return {(str(p["id"]), int(p["turn"])): p for p in report["per_prompt"]}
+
+
+def split(ngram: dict, drafter: dict, threshold: float) -> dict[str, Part]:
+    """The answers of both reports in two parts by prompt lookup's per-answer tau (`repeating`: at least
+    `threshold`; `other`: below).
+
+    Raises:
+        ValueError: the reports decoded other answers (other prompts, or another count of new tokens).
+    """
+    a, b = _answers(ngram), _answers(drafter)
+    if a.keys() != b.keys():
+        raise ValueError(
+            "the two reports measured different prompts: run both on the same --data and prompts"
+        )
+    parts: dict[str, list[tuple[int, int, int]]] = {"repeating": [], "other": []}
+    for key, pa in a.items():
+        pb = b[key]
+        if pa["new_tokens"] != pb["new_tokens"]:
+            raise ValueError(
+                f"answer {key}: {pa['new_tokens']} new tokens in one report, {pb['new_tokens']} in the other"
+            )
+        part = "repeating" if pa["tau"] >= threshold else "other"
+        parts[part].append((pa["new_tokens"], pa["target_forwards"], pb["target_forwards"]))
+    return {
+        name: Part(len(rows), sum(r[0] for r in rows), sum(r[1] for r in rows), sum(r[2] for r in rows))
+        for name, rows in parts.items()
+    }
+
+
+def table(parts: dict[str, Part]) -> str:
+    total = sum(p.tokens for p in parts.values()) or 1
+    lines = [
+        "| answers | count | share of tokens | ngram tau | drafter tau | drafter / ngram |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, p in parts.items():
+        ratio = p.tau_drafter / p.tau_ngram if p.answers else float("nan")
+        lines.append(
+            f"| {name} | {p.answers} | {p.tokens / total:.0%} | {p.tau_ngram:.3f} | {p.tau_drafter:.3f} | "
+            f"{ratio:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "ngram", type=Path, help="prompt lookup's eval report (`draftsmith eval --drafter ngram`)"
+    )
+    parser.add_argument("drafter", type=Path, help="the drafter's eval report on the same prompts")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=2.0,
+        help="prompt lookup's per-answer tau that marks a repeating answer",
+    )
+    args = parser.parse_args()
+    reports = [json.loads(p.read_text()) for p in (args.ngram, args.drafter)]
+    print(table(split(*reports, args.threshold)))
+
+
+if __name__ == "__main__":
+    main()
