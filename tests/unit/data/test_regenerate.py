@@ -214,6 +214,16 @@ def test_serve_is_refused_in_one_line_without_a_model_directory(tmp_path, data):
         parse_args(["--target", "t", "--serve", "sglang", "--data", str(data), "--out", out])
 
 
+def test_a_dtype_for_a_server_draftsmith_did_not_start_is_refused(tmp_path, data):
+    """`--endpoint` talks to a running server, whose dtype draftsmith cannot change: `--dtype` there would be
+    silently ignored, so it is refused before any request (no output file is written)."""
+    out = tmp_path / "out.jsonl"
+    argv = ["--endpoint", "http://127.0.0.1:9/v1", "--data", str(data), "--out", str(out)]
+    with pytest.raises(UserError, match=r"^--dtype bfloat16: the server at --endpoint runs in the dtype it"):
+        regenerate(parse_args([*argv, "--dtype", "bfloat16"]))
+    assert not out.exists()
+
+
 def test_concurrency_defaults_to_a_modest_load_on_a_server_and_the_measured_best_on_one_served_here():
     common = ["--data", "d.jsonl", "--out", "o.jsonl"]
     assert parse_args(["--endpoint", "http://x/v1", *common]).concurrency == 16

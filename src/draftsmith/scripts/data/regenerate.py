@@ -173,6 +173,11 @@ def regenerate(settings: RegenerateArgs) -> dict[str, Any]:
         raise UserError("pass --target DIR (generate here) or --endpoint URL (a serving engine)")
     if settings.target is not None and settings.endpoint is not None:
         raise UserError("pass --target DIR (generate here) or --endpoint URL (a serving engine), not both")
+    if settings.endpoint is not None and settings.dtype != "auto":
+        raise UserError(
+            f"--dtype {settings.dtype}: the server at --endpoint runs in the dtype it was started with; drop "
+            "--dtype (it sets the weights draftsmith loads itself: locally, or with --serve)"
+        )
     through_server = settings.serve is not None or settings.endpoint is not None
     if through_server and (settings.concurrency < 1 or settings.retries < 0 or settings.timeout <= 0):
         raise UserError("need --concurrency >= 1, --retries >= 0 and --timeout > 0")
