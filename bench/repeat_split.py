@@ -98,7 +98,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     reports = [json.loads(p.read_text()) for p in (args.ngram, args.drafter)]
-    print(table(split(*reports, args.threshold)))
+    print(table(split(reports[0], reports[1], args.threshold)))
 
 
 if __name__ == "__main__":

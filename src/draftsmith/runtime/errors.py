@@ -91,9 +91,9 @@ def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | 
         if os.environ.get("DRAFTSMITH_DEBUG"):
             raise
         _close_progress_bars()
-        message = str(err) if isinstance(err, Interrupted) else "interrupted"
-        if message:  # the other ranks of a stopped multi-process run leave it to the main process
-            print(message, file=sys.stderr)
+        said = str(err) if isinstance(err, Interrupted) else "interrupted"
+        if said:  # the other ranks of a stopped multi-process run leave it to the main process
+            print(said, file=sys.stderr)
         return Interrupted.exit_status
     except Exception as err:
         message = one_line(err)
