@@ -7,7 +7,11 @@ answer is "repeating" when prompt lookup's own tau on it is at least --threshold
 text seen earlier (the prompt, or the answer looping on itself), which an n-gram copy finds and a drafter must
 learn to copy. For each part, both drafters' pooled tau (tokens over verification steps, as the evaluator
 pools it) and the share of all answer tokens in that part. A drafter that trails prompt lookup overall but
-leads it on the other answers is limited by copying, not by predicting the target's next tokens.
+leads it on the other answers is limited by copying, not by predicting the target's next tokens. With the
+plain answers and the drafter's directory, also each part's share of tokens outside the draft vocabulary
+(which no draft can propose).
+
+    python -m bench.repeat_split NGRAM.json DRAFTER.json --plain SET-plain.json --draft-vocab DRAFTER/final
 """
 
 from __future__ import annotations
@@ -67,6 +71,37 @@ def split(ngram: dict, drafter: dict, threshold: float) -> dict[str, Part]:
     }
 
 
+def outside_vocab(
+    ngram: dict, answers: list[list[int]], in_vocab: list[bool], threshold: float
+) -> dict[str, float]:
+    """The share of each part's answer tokens outside the drafter's vocabulary (`in_vocab[token]`), which no
+    draft can propose: `answers` are the plain answers in the report's order (bench.scaling's `SET-plain.json`).
+
+    Raises:
+        ValueError: the answers are not the report's (another count, or another length of some answer).
+    """
+    rows = ngram["per_prompt"]
+    if len(rows) != len(answers) or any(
+        len(a) != r["new_tokens"] for a, r in zip(answers, rows, strict=False)
+    ):
+        raise ValueError("the plain answers are not the report's: pass the plain run of the same set")
+    counts = {"repeating": [0, 0], "other": [0, 0]}
+    for answer, row in zip(answers, rows, strict=True):
+        part = counts["repeating" if row["tau"] >= threshold else "other"]
+        part[0] += len(answer)
+        part[1] += sum(1 for t in answer if not in_vocab[t])
+    return {name: (out / n if n else float("nan")) for name, (n, out) in counts.items()}
+
+
+def _in_draft_vocab(drafter_dir: Path) -> list[bool]:
+    from safetensors.torch import load_file
+
+    weights = load_file(str(drafter_dir / "model.safetensors"))
+    if "t2d" not in weights:
+        raise SystemExit(f"{drafter_dir}: no draft vocabulary (t2d) in model.safetensors")
+    return [bool(x) for x in weights["t2d"].tolist()]
+
+
 def table(parts: dict[str, Part]) -> str:
     total = sum(p.tokens for p in parts.values()) or 1
     lines = [
@@ -96,9 +131,28 @@ def main() -> None:
         default=2.0,
         help="prompt lookup's per-answer tau that marks a repeating answer",
     )
+    parser.add_argument(
+        "--plain",
+        type=Path,
+        help="the set's plain answers (bench.scaling's SET-plain.json), with --draft-vocab",
+    )
+    parser.add_argument(
+        "--draft-vocab",
+        type=Path,
+        help="the drafter's final/ directory: also the share of tokens outside its vocabulary",
+    )
     args = parser.parse_args()
     reports = [json.loads(p.read_text()) for p in (args.ngram, args.drafter)]
     print(table(split(reports[0], reports[1], args.threshold)))
+    if args.plain and args.draft_vocab:
+        answers = json.loads(args.plain.read_text())["answers"]
+        shares = outside_vocab(reports[0], answers, _in_draft_vocab(args.draft_vocab), args.threshold)
+        print(
+            "\n".join(
+                f"{name}: {share:.1%} of the tokens outside the draft vocabulary"
+                for name, share in shares.items()
+            )
+        )
 
 
 if __name__ == "__main__":

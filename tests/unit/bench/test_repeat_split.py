@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.repeat_split import split, table
+from bench.repeat_split import outside_vocab, split, table
 
 
 def _report(rows: list[tuple[str, int, float, int, int]]) -> dict:
@@ -40,3 +40,12 @@ def test_reports_of_different_prompts_or_answers_are_refused() -> None:
         split(ngram, _report([("b", 0, 1.0, 96, 96)]), 2.0)
     with pytest.raises(ValueError, match="96 new tokens in one report, 95 in the other"):
         split(ngram, _report([("a", 0, 1.0, 95, 95)]), 2.0)
+
+
+def test_the_share_outside_the_draft_vocabulary_is_counted_per_part() -> None:
+    ngram = _report([("a", 0, 4.0, 3, 1), ("b", 0, 1.0, 2, 2)])
+    in_vocab = [True, False, True, False]  # tokens 1 and 3 cannot be drafted
+    shares = outside_vocab(ngram, [[0, 1, 1], [3, 2]], in_vocab, threshold=2.0)
+    assert shares == {"repeating": pytest.approx(2 / 3), "other": pytest.approx(1 / 2)}
+    with pytest.raises(ValueError, match="not the report's"):
+        outside_vocab(ngram, [[0, 1], [3, 2]], in_vocab, threshold=2.0)  # the first answer is one token short
