@@ -40,6 +40,11 @@ class Part:
         return self.tokens / self.steps_drafter if self.steps_drafter else float("nan")
 
 
+def _part(row: dict, threshold: float) -> str:
+    """The part of one answer (a report's `per_prompt` row of prompt lookup)."""
+    return "repeating" if row["tau"] >= threshold else "other"
+
+
 def _answers(report: dict) -> dict[tuple[str, int], dict]:
     return {(str(p["id"]), int(p["turn"])): p for p in report["per_prompt"]}
 
@@ -63,8 +68,7 @@ def split(ngram: dict, drafter: dict, threshold: float) -> dict[str, Part]:
             raise ValueError(
                 f"answer {key}: {pa['new_tokens']} new tokens in one report, {pb['new_tokens']} in the other"
             )
-        part = "repeating" if pa["tau"] >= threshold else "other"
-        parts[part].append((pa["new_tokens"], pa["target_forwards"], pb["target_forwards"]))
+        parts[_part(pa, threshold)].append((pa["new_tokens"], pa["target_forwards"], pb["target_forwards"]))
     return {
         name: Part(len(rows), sum(r[0] for r in rows), sum(r[1] for r in rows), sum(r[2] for r in rows))
         for name, rows in parts.items()
@@ -87,7 +91,7 @@ def outside_vocab(
         raise ValueError("the plain answers are not the report's: pass the plain run of the same set")
     counts = {"repeating": [0, 0], "other": [0, 0]}
     for answer, row in zip(answers, rows, strict=True):
-        part = counts["repeating" if row["tau"] >= threshold else "other"]
+        part = counts[_part(row, threshold)]
         part[0] += len(answer)
         part[1] += sum(1 for t in answer if not in_vocab[t])
     return {name: (out / n if n else float("nan")) for name, (n, out) in counts.items()}

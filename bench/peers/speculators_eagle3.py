@@ -61,8 +61,8 @@ Deviations from speculators' defaults, and why:
     the model is float32, and the hidden states are cast to this dtype in the collate.
   * --ttt-steps 7 (default 3), --draft-vocab-size 1024 (default: none = full vocab), --lr 3e-3 (default
     1e-3; Muon's lr defaults to --lr), --scheduler-type cosine (default linear), --scheduler-warmup-steps 29
-    (default 1%), --max-steps 292, --epochs as those steps need (default 20; below), --num-workers 0 (default 12; 2 cores and the
-    target runs inside the loader).
+    (default 1%), --max-steps 292, --epochs as those steps need (default 20; below), --num-workers 0
+    (default 12; 2 cores and the target runs inside the loader).
   * --total-seq-len (default 8192): speculators has no "batch size"; it packs samples into one row of
     total_seq_len tokens. To match "--steps optimizer steps of --batch-size sequences", the driver picks the
     largest token budget for which speculators' own multipack sampler yields at least N // batch-size batches
@@ -71,8 +71,9 @@ Deviations from speculators' defaults, and why:
     with --max-steps steps (speculators' schedule then decays over --max-steps).
   * train/validation split: speculators' `create_train_val_loaders` insists on 0 < train_data_ratio < 1
     (default 0.9 holds 10% out). Here every sample trains (the matched setting is every sample in every
-    epoch, as the other trainers'), so the driver builds the train loader itself from speculators' own pieces (`ArrowDataset`
-    with train_ratio=1.0, `_setup_dataloader`) and passes no validation loader (the Trainer supports None).
+    epoch, as the other trainers'), so the driver builds the train loader itself from speculators' own
+    pieces (`ArrowDataset` with train_ratio=1.0, `_setup_dataloader`) and passes no validation loader (the
+    Trainer supports None).
   * optimizer: speculators' default kept (Muon for the 2D matrices of fc/attention/MLP with
     adjust_lr_fn=match_rms_adamw, AdamW for the norms; weight decay 0.1 / 0.01); --optimizer adamw switches.
   * loss: speculators' default kept: forward KL to the target's softmax over the DRAFT vocabulary
