@@ -79,6 +79,14 @@ class EagleConfig:
             "trains at every step); 1 fits a chain, k a tree of k branches."
         },
     )
+    copy_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "EAGLE-3: extra loss weight where prompt lookup (the latest earlier occurrence of the last 1-3 "
+            "tokens) would draft the label: 1 + copy_weight there, 1 elsewhere (train/prompt_lookup.py). Teaches "
+            "the drafter to copy, where prompt lookup beats it. 0 = off."
+        },
+    )
     train_on: Literal["answers", "all"] = field(
         default="answers",
         metadata={
@@ -168,6 +176,11 @@ class EagleConfig:
                 f"draft.hass_topk distils the target's top-k tokens: it needs draft.version=3 and "
                 f"draft.labels=target (got {self.hass_topk} with version {self.version}, labels {self.labels}); "
                 "0 turns it off"
+            )
+        if self.copy_weight < 0 or (self.copy_weight and self.version != 3):
+            raise ValueError(
+                f"draft.copy_weight is EAGLE-3's extra weight (>= 0; 0 = off), got {self.copy_weight} with version "
+                f"{self.version}"
             )
         if self.train_on not in ("answers", "all"):
             raise ValueError(f"draft.train_on must be 'answers' or 'all', got {self.train_on!r}")

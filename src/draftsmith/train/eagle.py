@@ -56,6 +56,7 @@ from draftsmith.train.eagle_chunks import (
     eagle3_data_chunk,
     top1_labels,
 )
+from draftsmith.train.prompt_lookup import copy_weights
 
 TAU_ESTIMATE_DEPTH = 5  # EAGLE-1 trains one step; its estimate assumes that accuracy at every depth
 
@@ -195,16 +196,7 @@ class EagleMethod(TrainingMethod):
         hidden = model(g, ids)  # one [B, T, H] per TTT step; the logits are computed per chunk
         S = len(hidden)
         if not soft:
-            if self.labels == "top1":
-                labels = torch.stack([top1_labels(feats[TOP1], s) for s in range(S)], -1)  # [B, T, S]
-            else:
-                labels = torch.stack([data_labels(batch, s) for s in range(S)], -1)
-            stacked = torch.stack(masks, -1)
-            inputs = (*hidden, labels.clamp(min=0), stacked)
-            # only the columns some step trains reach the head (not the prompt's, not the padding)
-            fn = eagle3_data_chunk(draft)
-            sums, _, metrics = chunked_loss(fn, inputs, max(1, chunk // S), keep=stacked.any(-1))
-            return sums, metrics
+            return self._hard_label_terms(model, batch, feats, hidden, masks, chunk)
         # Step s's soft label at column t is the target's distribution at position t+s+1 (zeros past the end).
         # `windows[:, t, :, s]` is that state: a strided view of one zero-padded copy of `final`, so a chunk of
         # columns carries the c+S-1 states its S steps read and the target head runs once per chunk, not once
@@ -214,11 +206,50 @@ class EagleMethod(TrainingMethod):
         windows = final[:, 1:].unfold(1, S, 1)  # [B, T, H, S]
         finals = [final[:, s + 1 : s + 1 + ids.shape[1]] for s in range(S)]
         weights = self._weights(draft, hidden, finals, masks, chunk)
+        if (
+            draft.config.copy_weight
+        ):  # the soft label's argmax is the data's next token on the target's answers
+            data = torch.stack([data_labels(batch, s) for s in range(S)], -1)
+            weights = weights * self._copy_weights(model, batch, data).permute(2, 0, 1)
         fn = eagle3_chunk(draft, head, objective)
         inputs = (*hidden, windows, torch.stack(masks, -1), weights.permute(1, 2, 0))
         # A chunk computes all S steps' logits: c/S columns each keep one step's worth of vocabulary rows alive.
         sums, _, metrics = chunked_loss(fn, inputs, max(1, chunk // S))
         return sums, metrics
+
+    def _hard_label_terms(
+        self,
+        model: nn.Module,
+        batch: dict[str, torch.Tensor],
+        feats: dict[LayerId, torch.Tensor],
+        hidden: Sequence[torch.Tensor],
+        masks: Sequence[torch.Tensor],
+        chunk: int,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """EAGLE-3's loss terms with `draft.labels` top1 or data: each step's cross-entropy on its hard labels."""
+        S = len(hidden)
+        if self.labels == "top1":
+            labels = torch.stack([top1_labels(feats[TOP1], s) for s in range(S)], -1)  # [B, T, S]
+        else:
+            labels = torch.stack([data_labels(batch, s) for s in range(S)], -1)
+        stacked = torch.stack(list(masks), -1)
+        weights = self._copy_weights(model, batch, labels)
+        inputs = (*hidden, labels.clamp(min=0), stacked, stacked * weights)
+        # only the columns some step trains reach the head (not the prompt's, not the padding)
+        draft: Any = model.module if hasattr(model, "module") else model  # unwrap DDP
+        fn = eagle3_data_chunk(draft)
+        sums, _, metrics = chunked_loss(fn, inputs, max(1, chunk // S), keep=stacked.any(-1))
+        return sums, metrics
+
+    def _copy_weights(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor
+    ) -> torch.Tensor:
+        """`[B, T, S]`: `draft.copy_weight`'s loss weights of the hard `labels` in training, ones on held-out
+        batches (whose loss stays comparable between runs)."""
+        draft: Any = model.module if hasattr(model, "module") else model
+        if not (model.training and draft.config.copy_weight):
+            return torch.ones(labels.shape, device=labels.device)
+        return copy_weights(batch["input_ids"], batch["attention_mask"], labels, draft.config.copy_weight)
 
     def _weights(
         self,

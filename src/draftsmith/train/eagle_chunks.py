@@ -125,7 +125,8 @@ def eagle3_step(
     if reached is not None:
         weights = weights * reached
     if objective.loss is None:
-        w = None if objective.weighting == "fixed" and reached is None else weights
+        plain = objective.weighting == "fixed" and reached is None and not draft.config.copy_weight
+        w = None if plain else weights
         cfg = draft.config
         loss, count, hit, alpha = eagle3_step_loss(
             logits, target_logits, mask, draft.t2d, w, cfg.hass_topk, cfg.hass_weight
@@ -168,8 +169,8 @@ def top1_labels(top1: torch.Tensor, step: int) -> torch.Tensor:
 
 def eagle3_data_chunk(draft: Eagle3Draft) -> Callable[..., ChunkResult]:
     """Every TTT step's cross-entropy on the data's next tokens (`draft.labels: data`) on one chunk of c columns:
-    `(draft output of step s [B, c, H] for each of the S steps, labels [B, c, S] target ids, masks [B, c, S])`
-    -> `(sums [S], counts [S], {"top1": [S], "alpha": [S]})`. As with soft labels, a label outside the draft
+    `(draft output of step s [B, c, H] for each of the S steps, labels [B, c, S] target ids, masks [B, c, S],
+    loss weights [B, c, S] (zero off the mask))` -> `(sums [S], counts [S], {"top1": [S], "alpha": [S]})`. As with soft labels, a label outside the draft
     vocabulary is dropped from the loss but stays in the count; alpha is the draft's probability of the label
     (sum_v min(p, q) for a one-hot p)."""
     # Target id -> draft id: the draft vocabulary is the target ids where t2d is set, in increasing order.
@@ -177,7 +178,7 @@ def eagle3_data_chunk(draft: Eagle3Draft) -> Callable[..., ChunkResult]:
     to_draft = torch.cumsum(t2d.long(), 0) - 1
 
     def fn(*parts: torch.Tensor) -> ChunkResult:
-        *hidden, labels, masks = parts
+        *hidden, labels, masks, weights = parts
         sums, counts, hits, alphas = [], [], [], []
         reached = None  # every column trains until draft.reach_topk leaves some unreached
         for s, h in enumerate(hidden):
@@ -186,7 +187,7 @@ def eagle3_data_chunk(draft: Eagle3Draft) -> Callable[..., ChunkResult]:
             target = to_draft[label].clamp(min=0)
             logits = draft.logits(h).float()
             ce = token_cross_entropy(logits, target)
-            trained = kept if reached is None else kept * reached
+            trained = kept * weights[..., s] if reached is None else kept * weights[..., s] * reached
             sums.append((ce * trained).sum().reshape(1))
             counts.append(mask.sum().float().reshape(1))
             # GRIFFIN (draft.reach_topk): later steps train only where these labels were in the top-k

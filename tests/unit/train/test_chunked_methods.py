@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from conftest import make_tiny_llama
 
+from draftsmith.eval.drafters.ngram import NgramDrafter
 from draftsmith.models.divergences import divergence
 from draftsmith.models.draft_lm import DraftLMConfig, build_draft_lm
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
@@ -227,16 +228,25 @@ def test_eagle3_trains_only_the_columns_its_drafts_reach(small_target):
     assert sum(dropped) > 0  # the mask removed some trained columns from later steps
 
 
-def test_eagle3_on_the_data_s_next_tokens(small_target):
+@pytest.mark.parametrize("copy_weight", [0.0, 3.0])
+def test_eagle3_on_the_data_s_next_tokens(small_target, copy_weight):
     """`draft.labels: data`: each step's cross-entropy on the data's token x_{t+s+2}, against a per-position
-    loop; labels outside the reduced draft vocabulary dropped, positions without a label token not counted."""
+    loop; labels outside the reduced draft vocabulary dropped, positions without a label token not counted.
+    `draft.copy_weight`: a label the evaluator's prompt lookup drafts after x_{<=t+s+1} weighs 1 + copy_weight
+    (on text whose second half repeats its first)."""
     target = small_target
     torch.manual_seed(0)
     vd, steps = 5, 3
-    cfg = EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps, labels="data")
+    cfg = EagleConfig(
+        version=3, feature_layers=[1, 2, 3], ttt_steps=steps, labels="data", copy_weight=copy_weight
+    )
     draft = _Eagle3Train(cfg, target.model.config, vd)
     b = batch(target.vocab_size)
+    if copy_weight:
+        b["input_ids"][:, T // 2 : 2 * (T // 2)] = b["input_ids"][:, : T // 2].clone()
     ids, real = b["input_ids"], b["attention_mask"].bool()
+    lookup = NgramDrafter()
+    copied: list[int] = []
     draft.set_vocab_map(*build_vocab_map(torch.bincount(ids.flatten(), minlength=target.vocab_size), vd))
     draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
     draft.attach_target(target.embed_tokens, target.head)
@@ -260,7 +270,11 @@ def test_eagle3_on_the_data_s_next_tokens(small_target):
                         continue
                     label = to_draft[int(ids[r, k])]
                     log_q = torch.log_softmax(step_logits[s][r, t], -1)
-                    loss = loss - log_q[label]
+                    weight = 1.0
+                    if lookup.continuations(ids[r, :k].tolist(), 1, 1) == [[int(ids[r, k])]]:
+                        weight += copy_weight
+                        copied.append(k)
+                    loss = loss - weight * log_q[label]
                     hit += float(int(log_q.argmax()) == label)
                     a += float(log_q[label].detach().exp())
             sums.append(loss)
@@ -271,6 +285,13 @@ def test_eagle3_on_the_data_s_next_tokens(small_target):
         return torch.stack(sums), {"top1": torch.tensor(hits), "alpha": torch.tensor(alpha)}
 
     check(method, b, oracle, {target.vocab_size, vd})
+    assert copied or not copy_weight  # the repeat put some copies in the loss
+    if copy_weight:  # held-out batches (the drafter in eval mode) keep the unweighted loss
+        method.model.eval()
+        held_out, _ = method.loss_terms(method.model, b)
+        cfg.copy_weight = 0.0
+        plain, _ = method.loss_terms(method.model, b)
+        assert torch.equal(held_out, plain)
 
 
 def test_eagle3_on_the_target_s_greedy_tokens(small_target):

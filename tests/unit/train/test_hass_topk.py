@@ -67,7 +67,7 @@ def test_the_whole_draft_vocabulary_counts_the_loss_twice():
 
 def test_a_training_step_reads_it_from_the_draft_config():
     logits, target, mask, t2d = case(1)
-    cfg = SimpleNamespace(reach_topk=0, hass_topk=3, hass_weight=0.5)
+    cfg = SimpleNamespace(reach_topk=0, hass_topk=3, hass_weight=0.5, copy_weight=0.0)
     draft: Any = SimpleNamespace(t2d=t2d, config=cfg, logits=lambda h: h)
     loss = eagle3_step(draft, ObjectiveConfig(), logits, target, mask, mask.float())[0]
     assert loss.item() == pytest.approx(reference(logits, target, mask, t2d, 3, 0.5), rel=1e-5)

@@ -20,7 +20,7 @@ B, C, S, V = 2, 7, 3, 6
 def fake_draft(k: int, t2d: torch.Tensor | None = None) -> Any:
     """A drafter whose hidden states are its logits, over a draft vocabulary `t2d` of the target's."""
     t2d = torch.ones(V, dtype=torch.bool) if t2d is None else t2d
-    cfg = SimpleNamespace(reach_topk=k, hass_topk=0, hass_weight=1.0)
+    cfg = SimpleNamespace(reach_topk=k, hass_topk=0, hass_weight=1.0, copy_weight=0.0)
     return SimpleNamespace(t2d=t2d, config=cfg, logits=lambda h: h)
 
 
@@ -49,10 +49,10 @@ def test_the_data_label_loss_trains_only_reached_columns(k):
     logits = [torch.randn(B, C, vd) * 2 for _ in range(S)]
     labels = torch.randint(0, V, (B, C, S))
     masks = torch.rand(B, C, S) > 0.2
-    sums, counts, metrics = eagle3_data_chunk(fake_draft(k, t2d))(*logits, labels, masks)
+    sums, counts, metrics = eagle3_data_chunk(fake_draft(k, t2d))(*logits, labels, masks, masks.float())
     assert sums == pytest.approx(reference(logits, labels, masks, t2d, k), abs=1e-5)
     # the counts and the teacher-forced metrics are the same with the mask on or off
-    plain = eagle3_data_chunk(fake_draft(0, t2d))(*logits, labels, masks)
+    plain = eagle3_data_chunk(fake_draft(0, t2d))(*logits, labels, masks, masks.float())
     assert torch.equal(counts, plain[1]) and torch.equal(metrics["top1"], plain[2]["top1"])
     if k == 1:  # some later column was not reached, so the mask did remove loss
         assert (sums[1:] < plain[0][1:]).all() and sums[0] == pytest.approx(plain[0][0])
