@@ -152,6 +152,7 @@ def test_the_long_budget_trains_on_greedy_and_sampled_answers_with_top1_labels(
     config = json.loads((run / "final" / "config.json").read_text())
     assert config["training"]["data_sha256"] == {str(greedy): digests[0], str(sampled): digests[1]}
     assert config["drafter"]["labels"] == "top1" and tiny.recipe == "eagle3_smollm2_scale.yaml"
+    assert config["drafter"]["train_on"] == "all"  # the scale recipe trains the prompts' positions too
     assert "recipes/eagle/eagle3_smollm2_scale.yaml" in capsys.readouterr().out
 
 
