@@ -206,9 +206,8 @@ class EagleMethod(TrainingMethod):
         windows = final[:, 1:].unfold(1, S, 1)  # [B, T, H, S]
         finals = [final[:, s + 1 : s + 1 + ids.shape[1]] for s in range(S)]
         weights = self._weights(draft, hidden, finals, masks, chunk)
-        if (
-            draft.config.copy_weight
-        ):  # the soft label's argmax is the data's next token on the target's answers
+        if draft.config.copy_weight:
+            # copies of the data's next token: the soft label's argmax on the target's own answers
             data = torch.stack([data_labels(batch, s) for s in range(S)], -1)
             weights = weights * self._copy_weights(model, batch, data).permute(2, 0, 1)
         fn = eagle3_chunk(draft, head, objective)

@@ -170,9 +170,10 @@ def top1_labels(top1: torch.Tensor, step: int) -> torch.Tensor:
 def eagle3_data_chunk(draft: Eagle3Draft) -> Callable[..., ChunkResult]:
     """Every TTT step's cross-entropy on the data's next tokens (`draft.labels: data`) on one chunk of c columns:
     `(draft output of step s [B, c, H] for each of the S steps, labels [B, c, S] target ids, masks [B, c, S],
-    loss weights [B, c, S] (zero off the mask))` -> `(sums [S], counts [S], {"top1": [S], "alpha": [S]})`. As with soft labels, a label outside the draft
-    vocabulary is dropped from the loss but stays in the count; alpha is the draft's probability of the label
-    (sum_v min(p, q) for a one-hot p)."""
+    loss weights [B, c, S] (zero off the mask; `draft.copy_weight`'s, else the mask))` -> `(sums [S],
+    counts [S], {"top1": [S], "alpha": [S]})`. As with soft labels, a label outside the draft vocabulary is
+    dropped from the loss but stays in the count; alpha is the draft's probability of the label (sum_v min(p, q)
+    for a one-hot p)."""
     # Target id -> draft id: the draft vocabulary is the target ids where t2d is set, in increasing order.
     t2d = draft.t2d
     to_draft = torch.cumsum(t2d.long(), 0) - 1

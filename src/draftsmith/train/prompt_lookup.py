@@ -47,5 +47,6 @@ def copy_weights(
     proposals = lookup_next(ids, attention_mask.sum(dim=1))
     steps = labels.shape[-1]
     ahead = torch.nn.functional.pad(proposals, (0, steps + 1), value=-1)
-    copied = torch.stack([ahead[:, s + 1 : s + 1 + ids.shape[1]] for s in range(steps)], dim=-1) == labels
+    drafted = torch.stack([ahead[:, s + 1 : s + 1 + ids.shape[1]] for s in range(steps)], dim=-1)
+    copied = (drafted == labels) & (drafted >= 0)  # no draft is never a copy, even of a missing (-1) label
     return 1.0 + weight * copied.float()

@@ -173,11 +173,32 @@ def reduced_vocab_eagle3(target, config: EagleConfig, vd: int):
     return draft, EagleMethod(target, draft, loss_chunk=CHUNK), b
 
 
-def test_eagle3_with_a_reduced_draft_vocabulary(small_target):
+def copy_oracle(ids: torch.Tensor, real: torch.Tensor, steps: int, weight: float) -> list[torch.Tensor]:
+    """Per step `[B, T]`: 1 + weight where the evaluator's prompt lookup drafts the data's token x_{t+s+2} from
+    x_{<=t+s+1}, 1 elsewhere (a per-position loop over the slow reference)."""
+    lookup, out = NgramDrafter(), []
+    for s in range(steps):
+        w = torch.ones(ids.shape)
+        for r in range(ids.shape[0]):
+            for t in range(ids.shape[1]):
+                k = t + s + 2
+                inside = k < ids.shape[1] and bool(real[r, k])
+                if inside and lookup.continuations(ids[r, :k].tolist(), 1, 1) == [[int(ids[r, k])]]:
+                    w[r, t] += weight
+        out.append(w)
+    return out
+
+
+@pytest.mark.parametrize("copy_weight", [0.0, 3.0])
+def test_eagle3_with_a_reduced_draft_vocabulary(small_target, copy_weight):
+    """Soft labels over a reduced draft vocabulary; `draft.copy_weight` (on text whose second half repeats its
+    first) weighs the columns whose data token prompt lookup drafts."""
     target, steps, vd = small_target, 3, 5
-    draft, method, b = reduced_vocab_eagle3(
-        target, EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps), vd
-    )
+    config = EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps, copy_weight=copy_weight)
+    draft, method, b = reduced_vocab_eagle3(target, config, vd)
+    b["input_ids"][:, T // 2 : 2 * (T // 2)] = b["input_ids"][:, : T // 2].clone()
+    weights = copy_oracle(b["input_ids"], b["attention_mask"].bool(), steps, copy_weight)
+    assert copy_weight == 0 or any((w > 1).any() for w in weights)
 
     def oracle() -> tuple[torch.Tensor, dict]:
         feats, logits = target.forward(b["input_ids"], b["attention_mask"], (1, 2, 3), return_logits=True)
@@ -187,7 +208,7 @@ def test_eagle3_with_a_reduced_draft_vocabulary(small_target):
         for s, m in enumerate(step_masks(b, steps)):
             pm = m.float() * draft.t2d[z.argmax(-1)].float()
             p = torch.softmax(z[..., draft.t2d], -1)
-            sums.append((-(p * torch.log_softmax(step_logits[s], -1)).sum(-1) * pm).sum())
+            sums.append((-(p * torch.log_softmax(step_logits[s], -1)).sum(-1) * pm * weights[s]).sum())
             hits.append(((step_logits[s].argmax(-1) == p.argmax(-1)).float() * pm).sum())
             alpha.append((overlap(z[..., draft.t2d], step_logits[s]) * pm).sum())  # kept positions only
             z = shift_left(z)

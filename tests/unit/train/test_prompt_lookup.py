@@ -37,6 +37,9 @@ def test_copy_weights_by_hand():
     assert w[0, :, 0].tolist() == [1, 1, 3, 3, 1, 1, 1]
     # step 1 reads lookup at t+2: columns 1 (6) and 2 (7)
     assert w[0, :, 1].tolist() == [1, 3, 3, 1, 1, 1, 1]
+    # a missing label (-1, past the end) where lookup drafts nothing (-1) is not a copy
+    missing = torch.full_like(labels, -1)
+    assert (copy_weights(ids, torch.ones_like(ids), missing, 2.0) == 1).all()
 
 
 def test_copy_weight_is_eagle3_s_and_not_negative():
