@@ -83,8 +83,9 @@ class EagleConfig:
         default=0.0,
         metadata={
             "help": "EAGLE-3: extra loss weight where prompt lookup (the latest earlier occurrence of the last 1-3 "
-            "tokens) would draft the label: 1 + copy_weight there, 1 elsewhere (train/prompt_lookup.py). Teaches "
-            "the drafter to copy, where prompt lookup beats it. 0 = off."
+            "tokens) would draft the label: 1 + copy_weight there, 1 elsewhere (train/prompt_lookup.py). Meant to "
+            "teach copying, where prompt lookup beats the drafter; on chat answers 2 did not (-2 %, "
+            "docs/BENCHMARKS.md). 0 = off."
         },
     )
     train_on: Literal["answers", "all"] = field(

@@ -4,8 +4,9 @@ Prompt lookup (the evaluator's `ngram` drafter) drafts the token that followed t
 of the context's last 3-, 2- or 1-gram. On text that repeats itself (a rewritten answer, code restating its
 prompt, a model's own loops) it accepts far more than a small drafter: the chat drafter of docs/BENCHMARKS.md
 accepts 0.58 tokens a step where prompt lookup's whole five-token draft is right, as on any other step. The
-copy weight multiplies the loss of the positions whose label prompt lookup would have drafted, so the drafter's
-attention learns to find and copy the earlier occurrence, as the target does.
+copy weight multiplies the loss of the positions whose label prompt lookup would have drafted, to make the
+drafter's attention learn to find and copy the earlier occurrence, as the target does. Measured on the chat
+answers it did not (docs/BENCHMARKS.md, "Teaching the chat drafter to copy"): it is off by default.
 """
 
 from __future__ import annotations
