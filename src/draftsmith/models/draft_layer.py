@@ -170,3 +170,18 @@ class DraftLayer(DecoderBlock):
         past_key_values: Any = None,
     ) -> torch.Tensor:
         return self.block(residual, attn_input, position_ids, attention_mask, past_key_values)
+
+
+class InputNormLayer(DecoderBlock):
+    """A standard Llama decoder layer on H, `x + attn(input_layernorm(x))` then the MLP: the layers after
+    EAGLE-3's fused first one (a deeper EAGLE-3's, `draft.num_layers`, and P-EAGLE's)."""
+
+    def __init__(self, target_config: Any, layer: str, layer_idx: int):
+        super().__init__(target_config, layer=layer)
+        self.self_attn.layer_idx = layer_idx  # its own slot in a shared cache
+        self.input_layernorm = self.norm()
+
+    def forward(
+        self, x: torch.Tensor, position_ids: torch.Tensor, mask: Any, cache: Any = None
+    ) -> torch.Tensor:
+        return self.block(x, self.input_layernorm(x), position_ids, mask, cache)

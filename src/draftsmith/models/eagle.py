@@ -113,6 +113,13 @@ class EagleConfig:
             "qwen3 layer (q/k RMSNorm per head; steadier at high learning rates), served by vLLM only."
         },
     )
+    num_layers: int = field(
+        default=1,
+        metadata={
+            "help": "EAGLE-3: decoder layers. 1 = the paper's fused layer; N > 1 adds N-1 standard Llama layers on "
+            "its output (vLLM serves them, num_hidden_layers; SGLang serves one layer only)."
+        },
+    )
     fc_bias: bool = field(
         default=False,
         metadata={
@@ -141,6 +148,11 @@ class EagleConfig:
         if self.feature_layers is not None and len(self.feature_layers) != 3:
             raise ValueError(
                 f"draft.feature_layers needs 3 layer ids (low, mid, high), got {self.feature_layers}"
+            )
+        if self.num_layers < 1 or (self.num_layers > 1 and self.version != 3):
+            raise ValueError(
+                f"draft.num_layers is EAGLE-3's layer count (>= 1), got {self.num_layers} with version "
+                f"{self.version}; EAGLE-1 engines serve one layer"
             )
         if self.layer not in ("llama", "qwen3"):
             raise ValueError(f"draft.layer must be 'llama' or 'qwen3', got {self.layer!r}")

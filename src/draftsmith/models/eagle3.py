@@ -6,6 +6,7 @@ default 2, L//2, L-3), projected by fc = Linear(3H, H, bias=False). One decoder 
     u  = cat(norm_in(embed(x)), norm_h(a))        embedding FIRST; q/k/v read the 2H concatenation
     a' = a + attn(u)                              the residual is a (fc(g) at step 0, else the draft's output)
     a  = a' + mlp(post_norm(a'))
+    a  = later_i(a), i = 1..N-1                   draft.num_layers = N > 1: standard Llama layers on a
     logits = lm_head_d(norm_final(a))             own head over the reduced draft vocabulary, random init
                                                   (draft.head_init=target: the target head's rows)
 
@@ -27,6 +28,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from .draft_layer import InputNormLayer
 from .eagle import DraftLayer, EagleConfig, _EagleBase
 from .parts import DrafterOnTarget, shift_left
 from .ttt_attention import TTT_PATTERN, TTTPattern
@@ -199,6 +201,9 @@ class Eagle3Draft(_EagleBase, Eagle3Parts):
         self.config = config
         self.target_config = target_config
         self._init_input(target_config, config.feature_layers, config.layer)
+        self.later = nn.ModuleList(
+            InputNormLayer(target_config, config.layer, i) for i in range(1, config.num_layers)
+        )  # empty for the paper's one layer: its checkpoints and seeded initialisation are unchanged
         self._init_head(draft_vocab_size)
         self.frozen = None
 
@@ -210,9 +215,14 @@ class Eagle3Draft(_EagleBase, Eagle3Parts):
         attention_mask: torch.Tensor | TTTPattern,
         past_key_values: Any,
     ) -> torch.Tensor:
-        """One draft step: `hidden [B, T, H]` (fc(g) or the previous output), token ids `[B, T]` -> new hidden."""
+        """One draft step: `hidden [B, T, H]` (fc(g) or the previous output), token ids `[B, T]` -> new hidden:
+        the fused layer, then the later layers (`draft.num_layers`), each with its own slot in the cache and
+        the same attention pattern."""
         emb = self._parts().embed_tokens(ids).to(hidden.dtype)
-        return self.fused_layer(hidden, emb, position_ids, attention_mask, past_key_values)
+        x = self.fused_layer(hidden, emb, position_ids, attention_mask, past_key_values)
+        for layer in self.later:
+            x = layer(x, position_ids, attention_mask, past_key_values)
+        return x
 
     def unroll(self, features: torch.Tensor, input_ids: torch.Tensor) -> list[torch.Tensor]:
         """Training-time test: the draft logits `[B, T, Vd]` of every step s = 0..S-1 (`unroll_hidden`)."""

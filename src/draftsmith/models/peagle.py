@@ -31,7 +31,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from .draft_layer import DecoderBlock
+from .draft_layer import InputNormLayer
 from .eagle3 import Eagle3Parts
 from .parts import shift_left
 
@@ -195,20 +195,6 @@ def item_mask(anchors: torch.Tensor, depths: torch.Tensor, valid: torch.Tensor) 
     allowed = rule & valid[:, :, None] & valid[:, None, :]
     eye = torch.eye(anchors.shape[1], dtype=torch.bool, device=anchors.device)
     return (allowed | (eye & ~valid[:, :, None]))[:, None]
-
-
-class InputNormLayer(DecoderBlock):
-    """A standard Llama decoder layer on H (P-EAGLE's layers 1..N-1): `x + attn(input_layernorm(x))`, then MLP."""
-
-    def __init__(self, target_config: Any, layer: str, layer_idx: int):
-        super().__init__(target_config, layer=layer)
-        self.self_attn.layer_idx = layer_idx  # its own slot in a shared cache
-        self.input_layernorm = self.norm()
-
-    def forward(
-        self, x: torch.Tensor, position_ids: torch.Tensor, mask: Any, cache: Any = None
-    ) -> torch.Tensor:
-        return self.block(x, self.input_layernorm(x), position_ids, mask, cache)
 
 
 class PEagleDraft(Eagle3Parts):

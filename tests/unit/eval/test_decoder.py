@@ -47,10 +47,13 @@ def make_drafter(kind: str, target: FrozenTarget):
         return MedusaDrafter(heads.eval())
     if kind == "draft_lm":
         return LMDrafter(draft_from_target(target.model, 1))
-    if kind in ("eagle", "eagle3"):  # untrained: losslessness must not depend on the draft's quality
+    if kind in ("eagle", "eagle3", "eagle3_two_layers"):  # untrained: lossless whatever the draft's quality
         torch.manual_seed(0)
         cls = Eagle1Draft if kind == "eagle" else Eagle3Draft
-        draft = cls(EagleConfig(version=1 if kind == "eagle" else 3), target.model.config, target.vocab_size)
+        cfg = (
+            EagleConfig(version=1) if kind == "eagle" else EagleConfig(num_layers=1 + kind.endswith("layers"))
+        )
+        draft = cls(cfg, target.model.config, target.vocab_size)
         draft.attach_target(target.embed_tokens, target.head)
         return EagleDrafter(draft)
     if kind == "mtp":
@@ -60,8 +63,8 @@ def make_drafter(kind: str, target: FrozenTarget):
         return MTPDrafter(mtp)
     if kind == "peagle":  # untrained; mask id 0 is also a real token (the pad), embedded as itself
         torch.manual_seed(0)
-        cfg = PEagleConfig(num_layers=2, num_depths=3, mask_token_id=0, mask_embedding="learned")
-        peagle = PEagleDraft(cfg, target.model.config, target.vocab_size)
+        pcfg = PEagleConfig(num_layers=2, num_depths=3, mask_token_id=0, mask_embedding="learned")
+        peagle = PEagleDraft(pcfg, target.model.config, target.vocab_size)
         peagle.attach_target(target.embed_tokens, target.head)
         return PEagleDrafter(peagle)
     return LMDrafter(target.model, name="self")
@@ -75,6 +78,7 @@ CASES = (
         for k in ("eagle", "eagle3")  # dynamic trees need the draft's own confidences
     ]
     + [("mtp", "chain"), ("peagle", "chain")]  # P-EAGLE drafts chains only
+    + [("eagle3_two_layers", "chain"), ("eagle3_two_layers", "dynamic:3:8")]
 )
 
 
@@ -201,10 +205,11 @@ def test_typical_acceptance_runs_through_the_loop(target, prompts):
     assert all(s.committed <= s.accepted + 1 for s in out.steps)
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "eagle3_two_layers"])
 def test_eagle_draft_cache_holds_only_real_pairs(target, prompts, kind):
     """After every proposal the draft's cache holds exactly one entry per committed pair (feature of
-    position j, token j+1): drafted entries never leak into the next step (the reference's stable_kv)."""
+    position j, token j+1) in every layer: drafted entries never leak into the next step (the reference's
+    stable_kv)."""
     drafter = make_drafter(kind, target)
     decoder = SpeculativeDecoder(target, drafter, parse_tree("dynamic:3:8", 4), Sampling())
     real_propose = drafter.propose
@@ -212,7 +217,9 @@ def test_eagle_draft_cache_holds_only_real_pairs(target, prompts, kind):
 
     def propose(context, *args):
         tree = real_propose(context, *args)
-        seen.append((drafter.cache.get_seq_length(), len(context) - 1))
+        lengths = {drafter.cache.get_seq_length(i) for i in range(len(drafter.cache.layers))}
+        assert len(drafter.cache.layers) == drafter.draft.config.num_layers
+        seen.append((lengths.pop() if len(lengths) == 1 else lengths, len(context) - 1))
         return tree
 
     drafter.propose = propose

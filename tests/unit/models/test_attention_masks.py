@@ -53,15 +53,18 @@ def test_masks_are_boolean_with_the_documented_pattern():
     assert torch.equal(m[:, :3], c[:3, :3]) and torch.equal(m[:, 3:6], torch.eye(3, dtype=torch.bool))
 
 
-def test_eagle3_unroll_runs_the_ttt_pattern_without_a_mask_tensor(llama, sdpa_masks, monkeypatch):
+@pytest.mark.parametrize("layers", [1, 2])
+def test_eagle3_unroll_runs_the_ttt_pattern_without_a_mask_tensor(llama, sdpa_masks, monkeypatch, layers):
     """Every TTT step reaches SDPA with no mask tensor (a causal kernel plus the diagonal keys), and the
-    unrolled outputs and gradients equal those of the same draft fed the explicit boolean `ttt_mask`."""
+    unrolled outputs and gradients equal those of the same draft fed the explicit boolean `ttt_mask` (in
+    every layer: draft.num_layers=2 runs the pattern in its second layer too)."""
     torch.manual_seed(0)
-    draft = Eagle3Draft(EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=3), llama.config, V)
+    cfg = EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=3, num_layers=layers)
+    draft = Eagle3Draft(cfg, llama.config, V)
     draft.attach_target(llama.get_input_embeddings(), llama.get_output_embeddings())
     feats, ids = torch.randn(1, T, 3 * H), torch.randint(0, V, (1, T))
     got = torch.stack(draft.unroll_hidden(feats, ids))
-    assert len(sdpa_masks) == 3 and all(m is None for m in sdpa_masks)
+    assert len(sdpa_masks) == 3 * layers and all(m is None for m in sdpa_masks)
     params = [p for name, p in draft.named_parameters() if not name.startswith(("lm_head_d", "norm_final"))]
     grads = torch.autograd.grad(got.square().sum(), params)
 
@@ -72,7 +75,8 @@ def test_eagle3_unroll_runs_the_ttt_pattern_without_a_mask_tensor(llama, sdpa_ma
 
     monkeypatch.setattr(draft, "step", explicit)
     want = torch.stack(draft.unroll_hidden(feats, ids))
-    assert [m.shape for m in sdpa_masks[3:]] == [(1, 1, T, (s + 1) * T) for s in range(3)]
+    shapes = [(1, 1, T, (s + 1) * T) for s in range(3) for _ in range(layers)]
+    assert [m.shape for m in sdpa_masks[3 * layers :]] == shapes
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     for a, b in zip(grads, torch.autograd.grad(want.square().sum(), params), strict=True):
         # float32 summation order differs between the two kernels with the thread count: one element in

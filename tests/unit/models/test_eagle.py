@@ -27,9 +27,9 @@ def llama():
     return make_tiny_llama(V, layers=4, hidden=32)
 
 
-def eagle3(llama, steps: int = 4, vd: int = V) -> Eagle3Draft:
+def eagle3(llama, steps: int = 4, vd: int = V, layers: int = 1) -> Eagle3Draft:
     torch.manual_seed(0)
-    cfg = EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps)
+    cfg = EagleConfig(version=3, feature_layers=[1, 2, 3], ttt_steps=steps, num_layers=layers)
     draft = Eagle3Draft(cfg, llama.config, vd).eval()
     draft.attach_target(llama.get_input_embeddings(), llama.get_output_embeddings())
     return draft
@@ -53,14 +53,15 @@ def test_ttt_mask_equals_brute_force_reconstruction():
                 assert bool(mask[t, key]) == expected, (step, t, key)
 
 
+@pytest.mark.parametrize("layers", [1, 2])
 @torch.no_grad()
-def test_ttt_unroll_equals_a_chain_of_drafts_at_inference(llama):
+def test_ttt_unroll_equals_a_chain_of_drafts_at_inference(llama, layers):
     """Oracle (5.2): TTT step s at column t == drafting a chain at inference: a causal pass over the real
     pairs 0..t, then s single-token steps feeding the draft's own output, each seeing the prefix and its
-    own ancestors through the cache."""
+    own ancestors through the cache (with draft.num_layers=2, every layer through its own slot)."""
     from transformers import DynamicCache
 
-    draft = eagle3(llama)
+    draft = eagle3(llama, layers=layers)
     g = torch.randn(1, T, 3 * 32)
     ids = torch.randint(0, V, (1, T))
     steps = draft.unroll(g, ids)
@@ -258,3 +259,19 @@ def test_layer_init_from_target_is_the_targets_last_layer_on_the_hidden_half():
     torch.testing.assert_close(llama.model.norm(out), states[-1], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="no self_attn.o_proj of the draft layer's shape"):
         eagle3(llama).init_layer_from_target(make_tiny_llama(V, layers=1, hidden=64).model.layers[0])
+
+
+def test_num_layers_is_eagle3s_and_at_least_one(llama):
+    with pytest.raises(ValueError, match="num_layers is EAGLE-3's layer count"):
+        EagleConfig(version=1, num_layers=2)
+    with pytest.raises(ValueError, match=r"num_layers is EAGLE-3's layer count \(>= 1\), got 0"):
+        EagleConfig(version=3, num_layers=0)
+    one, two = eagle3(llama), eagle3(llama, layers=2)
+    assert len(one.later) == 0 and not any(n.startswith("later.") for n in one.state_dict())
+    # the one-layer drafter's tensors and seeded start are unchanged by the option; the second layer reads H
+    shared = {n: p for n, p in two.state_dict().items() if not n.startswith("later.")}
+    assert shared.keys() == one.state_dict().keys()
+    assert torch.equal(shared["fc.weight"], one.state_dict()["fc.weight"])
+    attn = two.later[0].self_attn
+    assert isinstance(attn, torch.nn.Module) and isinstance(attn.q_proj, torch.nn.Linear)
+    assert attn.q_proj.in_features == 32 and attn.layer_idx == 1

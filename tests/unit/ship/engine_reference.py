@@ -85,6 +85,10 @@ def eagle3_step0(
     )
     a = hidden + attention(u, w, prefix, cfg)
     a = a + mlp(rms(a, w[prefix + "post_attention_layernorm.weight"], eps), w, prefix)
+    for i in range(1, cfg.get("num_hidden_layers", 1)):  # vLLM: layers >= 1 are plain Llama layers on H
+        p = f"layers.{i}."
+        a = a + attention(rms(a, w[p + "input_layernorm.weight"], eps), w, p, cfg)
+        a = a + mlp(rms(a, w[p + "post_attention_layernorm.weight"], eps), w, p)
     draft_logits = rms(a, w["norm.weight"], eps) @ w["lm_head.weight"].T
     if "d2t" not in w:  # no map (vLLM, a full draft vocabulary): draft id i is target id i
         return draft_logits

@@ -45,9 +45,18 @@ def _randomize(model: torch.nn.Module, seed: int) -> None:
             p.copy_(1 + noise if p.ndim == 1 and "norm" in name else noise)
 
 
-def _eagle3(target: FrozenTarget, layer: Literal["llama", "qwen3"] = "llama") -> Eagle3Draft:
+def _eagle3(
+    target: FrozenTarget, layer: Literal["llama", "qwen3"] = "llama", num_layers: int = 1
+) -> Eagle3Draft:
     draft = Eagle3Draft(
-        EagleConfig(version=3, feature_layers=[1, 2, 3], draft_vocab_size=VD, ttt_steps=3, layer=layer),
+        EagleConfig(
+            version=3,
+            feature_layers=[1, 2, 3],
+            draft_vocab_size=VD,
+            ttt_steps=3,
+            layer=layer,
+            num_layers=num_layers,
+        ),
         target.model.config,
         VD,
     )
@@ -81,6 +90,7 @@ BUILDERS: dict[str, Callable[[FrozenTarget], torch.nn.Module]] = {
     "medusa": _medusa,
     "mtp": _mtp,
     "eagle3_qwen3": lambda target: _eagle3(target, "qwen3"),
+    "eagle3_two_layers": lambda target: _eagle3(target, num_layers=2),
 }
 
 
@@ -176,6 +186,35 @@ def test_eagle3_with_the_qwen3_draft_layer_exports_to_vllm_only(checkpoints, tar
     torch.testing.assert_close(theirs[:, target_ids], ours, atol=1e-5, rtol=1e-5)
     for engine in ("sglang", "hf"):
         with pytest.raises(ExportError, match=r"Llama draft layer.*draft.layer=qwen3.*--to vllm"):
+            export(ckpt, engine, tmp_path / engine)
+        assert not (tmp_path / engine).exists()
+
+
+def test_a_two_layer_eagle3_exports_to_vllm_and_computes_the_trained_logits(checkpoints, target, tmp_path):
+    """draft.num_layers=2: the later layer is vLLM's layers.1 (a plain Llama layer on H), the speculators config
+    says two layers, and the reference running both layers from the export alone gives the trained logits;
+    SGLang's one-midlayer EAGLE-3 is refused with nothing written."""
+    ckpt = checkpoints["eagle3_two_layers"]
+    out, _, _ = export(ckpt, "vllm", tmp_path / "vllm")
+    config = json.loads((out / "config.json").read_text())
+    assert config["transformer_layer_config"]["num_hidden_layers"] == 2
+    weights = load_file(str(out / "model.safetensors"))
+    assert weights["layers.1.self_attn.q_proj.weight"].shape[1] == target.hidden_size  # reads H, not 2H
+    assert "layers.1.input_layernorm.weight" in weights and not any(n.startswith("later.") for n in weights)
+    draft = _loaded("eagle3", ckpt, target)
+    assert len(draft.later) == 1
+    g, ids = _inputs(target, width=3)
+    with torch.no_grad():
+        ours = draft.unroll(g, ids)[0][0]
+        theirs = ref.eagle3_step0(
+            out, g[0], shift_left(ids)[0], target.embed_tokens.weight, "layers.0.", "transformer_layer_config"
+        )
+    target_ids = draft.to_target_ids(torch.arange(VD))
+    torch.testing.assert_close(theirs[:, target_ids], ours, atol=1e-5, rtol=1e-5)
+    for engine in ("sglang", "hf"):
+        with pytest.raises(
+            ExportError, match=r"one layer \(midlayer\).*has 2 \(draft.num_layers\).*--to vllm"
+        ):
             export(ckpt, engine, tmp_path / engine)
         assert not (tmp_path / engine).exists()
 

@@ -10,6 +10,8 @@ EAGLE-3, draftsmith name -> official / SGLang name (`--to sglang`, `--to hf`) ->
     layer.post_attention_layernorm             midlayer.post_attention_layernorm      layers.0.post_attention_layernorm
     layer.self_attn.{q,k}_norm (draft.layer:   absent: SGLang serves Llama layers     layers.0.self_attn.{q,k}_norm
       qwen3 only)                              only, the export is refused            (transformer_layer_config qwen3)
+    later.{k}.* (draft.num_layers > 1:         absent: SGLang serves one layer, the   layers.{k+1}.* incl. input_layernorm
+      standard Llama layers on H)              export is refused                      (q/k/v read H; num_hidden_layers N)
     norm_final                                 norm.weight                            norm.weight
     lm_head_d [Vd, H]                          lm_head.weight                         lm_head.weight
     d2t [Vd] int64 offsets, t2d [V] bool       d2t, t2d                               d2t, t2d (none when Vd = V)
@@ -92,6 +94,16 @@ def layer_shapes(
     return shapes
 
 
+def later_layers(state: dict[str, torch.Tensor]) -> int:
+    """How many layers follow the fused first one (`later.{k}.*`: `draft.num_layers` - 1; P-EAGLE's too)."""
+    return len({name.split(".")[1] for name in state if name.startswith("later.")})
+
+
+def draft_layer_count(source: dict[str, Any]) -> int:
+    """The drafter's decoder layers by its config (`draft.num_layers`; checkpoints before the option have one)."""
+    return int(source["config"]["drafter"].get("num_layers", 1))
+
+
 def draft_layer_kind(source: dict[str, Any]) -> str:
     """The checkpoint's draft decoder layer (`draft.layer`; checkpoints before the option are Llama)."""
     return str(source["config"]["drafter"].get("layer", "llama"))
@@ -115,21 +127,35 @@ def _eagle3_common(
     """What both EAGLE-3 layouts share: `(canonical ids, engine ids, draft vocabulary size, tensors renamed with
     the draft layer under `layer`, the spec of those tensors)`. Each layout adds its config and config checks."""
     canonical = [int(i) for i in source["config"]["feature_layers"]]
+    if later_layers(source["state"]) and engine != "vllm":
+        raise ExportError(
+            f"{engine} serves EAGLE-3 heads of one layer (midlayer); this one has {draft_layer_count(source)} "
+            "(draft.num_layers): export it with --to vllm, or retrain with draft.num_layers=1"
+        )
     ids = to_engine_ids(canonical, engine, target.num_layers)
     vd, H, V = int(source["config"]["draft_vocab_size"]), target.hidden_size, target.vocab_size
     tensors = _prefix_map(
         source["state"],
         {
             "layer.": layer,
+            # the later layers (draft.num_layers > 1) are layers 1..N-1 of the speculators layout
+            **{f"later.{k}.": f"layers.{k + 1}." for k in range(later_layers(source["state"]))},
             "norm_in.": layer + "input_layernorm.",
             "norm_hidden.": layer + "hidden_norm.",
             "norm_final.": "norm.",
             "lm_head_d.": "lm_head.",
         },
     )
+    kind = draft_layer_kind(source)
+    later = {  # from the drafter's config, so that a checkpoint missing a layer's tensors is refused
+        name: shape
+        for k in range(1, draft_layer_count(source))
+        for name, shape in layer_shapes(target, f"layers.{k}.", H, input_norm=True, layer=kind).items()
+    }
     spec = LayoutSpec(
         tensors={
-            **layer_shapes(target, layer, 2 * H, input_norm=True, layer=draft_layer_kind(source)),
+            **layer_shapes(target, layer, 2 * H, input_norm=True, layer=kind),
+            **later,
             layer + "hidden_norm.weight": (H,),
             "d2t": (vd,),
             "t2d": (V,),
@@ -234,7 +260,7 @@ def eagle3_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
             else []
         ),
     )
-    spec.config = _speculators_spec_config(target, vd, kind, canonical)
+    spec.config = _speculators_spec_config(target, vd, kind, canonical, draft_layer_count(source))
     return export, spec
 
 
@@ -247,6 +273,7 @@ def _speculators_config(
     layer = draft_layer_config(target.config, target.vocab_size, layer=draft_layer_kind(source)).to_dict()
     for key in ("architectures", "transformers_version", "dtype", "torch_dtype", "auto_map"):
         layer.pop(key, None)
+    layer["num_hidden_layers"] = 1 + later_layers(state)  # vLLM builds the fused layer, then plain ones
     return {
         "architectures": ["Eagle3DraftModel"],
         "speculators_model_type": "eagle3",
@@ -281,7 +308,9 @@ def _speculators_config(
     }
 
 
-def _speculators_spec_config(target: TargetInfo, vd: int, kind: str, canonical: list[int]) -> dict[str, Any]:
+def _speculators_spec_config(
+    target: TargetInfo, vd: int, kind: str, canonical: list[int], num_layers: int
+) -> dict[str, Any]:
     """The speculators config values vLLM reads, derived from the target and the drafter's settings."""
     layer_spec = {
         "transformer_layer_config." + k: v
@@ -292,7 +321,7 @@ def _speculators_spec_config(target: TargetInfo, vd: int, kind: str, canonical: 
         **layer_spec_config_rope(target),
         **layer_spec,
         "speculators_model_type": "eagle3",
-        "transformer_layer_config.num_hidden_layers": 1,
+        "transformer_layer_config.num_hidden_layers": num_layers,
         "draft_vocab_size": vd,
         "transformer_layer_config.model_type": kind,
         "eagle_aux_hidden_state_layer_ids": canonical,

@@ -25,19 +25,18 @@ import json
 from typing import Any
 
 from .common import Export, ExportError, LayoutSpec, vllm_serve, vllm_speculative
-from .eagle import draft_layer_kind, eagle3_speculators, layer_shapes
+from .eagle import eagle3_speculators
 from .target_info import TargetInfo
 
 
 def peagle_speculators(source: dict[str, Any], target: TargetInfo, engine: str) -> tuple[Export, LayoutSpec]:
     """P-EAGLE -> the speculators P-EAGLE layout vLLM loads with `parallel_drafting`."""
     cfg = source["config"]["drafter"]
-    N, D, mask_id = int(cfg["num_layers"]), int(cfg["num_depths"]), int(cfg["mask_token_id"])
+    D, mask_id = int(cfg["num_depths"]), int(cfg["mask_token_id"])
     H, V = target.hidden_size, target.vocab_size
     state = dict(source["state"])
     mask_hidden, mask_embedding = state.pop("mask_hidden"), state.pop("mask_embedding")
-    later = {k: state.pop(k) for k in list(state) if k.startswith("later.")}
-    base, spec = eagle3_speculators({**source, "state": state}, target, "vllm")
+    base, spec = eagle3_speculators({**source, "state": state}, target, "vllm")  # maps layers 1..N-1 too
     embedding = target.embedding().clone()
     if tuple(embedding.shape) != (V, H) or not 0 <= mask_id < V:
         raise ExportError(
@@ -49,9 +48,6 @@ def peagle_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         "mask_hidden": mask_hidden.reshape(1, 1, 3 * H),
         "embed_tokens.weight": embedding,
     }
-    for name, tensor in later.items():
-        k, rest = name.removeprefix("later.").split(".", 1)
-        tensors[f"layers.{int(k) + 1}.{rest}"] = tensor
     config = json.loads(json.dumps(base.config))  # a deep copy of EAGLE-3's
     config.update(
         architectures=["PEagleSpeculator"],
@@ -59,7 +55,6 @@ def peagle_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         mask_token_id=mask_id,
         embed_requires_grad=cfg["mask_embedding"] == "learned",
     )
-    config["transformer_layer_config"]["num_hidden_layers"] = N
     config["speculators_config"]["algorithm"] = "peagle"
     config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = D
     speculative = vllm_speculative("eagle3", D, parallel_drafting=True)
@@ -79,11 +74,7 @@ def peagle_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         ]
         + base.notes[1:],
     )
-    layer = draft_layer_kind(source)
-    shapes = dict(spec.tensors)
-    for i in range(1, N):
-        shapes.update(layer_shapes(target, f"layers.{i}.", H, input_norm=True, layer=layer))
-    shapes.update({"mask_hidden": (1, 1, 3 * H), "embed_tokens.weight": (V, H)})
+    shapes = {**spec.tensors, "mask_hidden": (1, 1, 3 * H), "embed_tokens.weight": (V, H)}
     spec = LayoutSpec(
         tensors=shapes,
         draft_vocab=spec.draft_vocab,
@@ -92,7 +83,6 @@ def peagle_speculators(source: dict[str, Any], target: TargetInfo, engine: str) 
         config={
             **spec.config,
             "speculators_model_type": "peagle",
-            "transformer_layer_config.num_hidden_layers": N,
             "mask_token_id": mask_id,
             "speculators_config.algorithm": "peagle",
         },
