@@ -175,7 +175,18 @@ _STATE_FIELDS = (
     "is_recurrent_states_initialized",
     "has_previous_state",
     "conv_kernel_size",
+    # transformers >= 5.25 counts the tokens a linear-attention layer has seen (`get_seq_length` of a hybrid
+    # cache whose first layer is linear); left behind by a restore, it shifts every later position.
+    "cumulative_length_linear",
 )
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    return value
 
 
 def snapshot(cache: Any) -> Snapshot:
@@ -183,11 +194,9 @@ def snapshot(cache: Any) -> Snapshot:
     states = []
     for i, layer in enumerate(cache.layers):
         if _is_linear(layer):
-            copy = {}
-            for name in _STATE_FIELDS:
-                value = getattr(layer, name)
-                copy[name] = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in value.items()}
-            states.append((i, copy))
+            states.append(
+                (i, {name: _copy(getattr(layer, name)) for name in _STATE_FIELDS if hasattr(layer, name)})
+            )
     return Snapshot(seq_length(cache), states)
 
 
@@ -198,8 +207,4 @@ def restore(cache: Any, snap: Snapshot) -> None:
             _select(layer, lambda x: x[..., : snap.length, :])
     for i, copy in snap.states:
         for name, value in copy.items():
-            setattr(
-                cache.layers[i],
-                name,
-                {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in value.items()},
-            )
+            setattr(cache.layers[i], name, _copy(value))

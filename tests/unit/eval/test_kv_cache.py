@@ -108,3 +108,50 @@ def test_fp8_cache_is_refused_for_linear_attention_targets():
     )
     with pytest.raises(ValueError, match="linear-attention layers: use --kv-cache auto"):
         new_cache(config, "fp8")
+
+
+@torch.no_grad()
+def test_restoring_a_linear_attention_snapshot_continues_as_a_cache_fed_only_the_kept_tokens():
+    """Qwen3-Next's hybrid cache: snapshot, feed a rejected chain, restore, feed the accepted part. The
+    cache's length and the next logits (positions taken from the cache, as `generate` does) equal those of
+    a cache fed the prefix then only the kept tokens. transformers >= 5.25 also counts a linear layer's
+    tokens (`cumulative_length_linear`); a restore that leaves the count behind shifts every position."""
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    from draftsmith.eval.kv_cache import new_cache, restore, snapshot
+
+    torch.manual_seed(0)
+    config = Qwen3NextConfig(
+        num_hidden_layers=4,
+        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+        hidden_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        vocab_size=64,
+    )
+    model = Qwen3NextForCausalLM(config).eval()
+    prefix, chain, kept = torch.randint(0, 64, (1, 9)), torch.tensor([[5, 11, 12, 13]]), 2
+    cache = new_cache(config)
+    model(prefix, **with_cache(model, cache), use_cache=True)
+    before = snapshot(cache)
+    model(chain, **with_cache(model, cache), use_cache=True)
+    restore(cache, before)
+    model(chain[:, :kept], **with_cache(model, cache), use_cache=True)
+
+    oracle = new_cache(config)
+    model(torch.cat([prefix, chain[:, :kept]], dim=1), **with_cache(model, oracle), use_cache=True)
+    assert int(cache.get_seq_length()) == int(oracle.get_seq_length()) == prefix.shape[1] + kept
+    nxt = torch.tensor([[7]])
+    torch.testing.assert_close(
+        model(nxt, **with_cache(model, cache)).logits, model(nxt, **with_cache(model, oracle)).logits
+    )
