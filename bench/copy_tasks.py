@@ -102,7 +102,9 @@ def merge(first: Path, second: Path, out: Path) -> dict[str, tuple[int, int]]:
     for key in ("target", "layers", "storage", "hidden_size", "method"):
         if a.get(key) != b.get(key):
             raise ValueError(f"the caches differ in {key!r}: {a.get(key)!r} against {b.get(key)!r}")
-    out.mkdir(parents=True, exist_ok=False)
+    if out.exists():
+        raise ValueError(f"{out} exists: merge into a new directory")
+    out.mkdir(parents=True)
     index = {k: v for k, v in a.items() if k != "splits"}
     index["data"] = dict(a["data"], train=a["data"]["train"] + b["data"]["train"])
     index["data_sha256"] = {**a.get("data_sha256", {}), **b.get("data_sha256", {})}

@@ -71,6 +71,8 @@ def test_merged_cache_reads_the_first_caches_samples_then_the_seconds(tmp_path: 
         got = data[i]
         assert torch.equal(got["input_ids"], want["input_ids"]) and torch.equal(got["feat.2"], want["feat.2"])
     assert [data[i]["input_ids"].tolist() for i in range(5)] == [x.tolist() for x in first + second]
+    with pytest.raises(ValueError, match="exists"):
+        merge(tmp_path / "a", tmp_path / "b", tmp_path / "m")
 
 
 def test_caches_of_other_layers_are_not_merged(tmp_path: Path) -> None:
