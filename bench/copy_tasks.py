@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from draftsmith.train.cache.store import shard_name, write_index
+
 ASKS = (
     "Repeat the following text exactly.",
     "Copy this text word for word:",
@@ -105,28 +107,20 @@ def merge(first: Path, second: Path, out: Path) -> dict[str, tuple[int, int]]:
     if out.exists():
         raise ValueError(f"{out} exists: merge into a new directory")
     out.mkdir(parents=True)
-    index = {k: v for k, v in a.items() if k != "splits"}
-    index["data"] = dict(a["data"], train=a["data"]["train"] + b["data"]["train"])
-    index["data_sha256"] = {**a.get("data_sha256", {}), **b.get("data_sha256", {})}
-    index["splits"] = {}
+    header = {k: v for k, v in a.items() if k not in ("format", "format_version", "splits")}
+    header["data"] = dict(a["data"], train=a["data"]["train"] + b["data"]["train"])
+    header["data_sha256"] = {**a.get("data_sha256", {}), **b.get("data_sha256", {})}
+    splits: dict[str, list[dict[str, Any]]] = {}
     for split in a["splits"]:
-        shards: list[dict[str, Any]] = []
+        shards = splits[split] = []
         for directory, cache in ((first, a), (second, b)):
             for entry in cache["splits"].get(split, {}).get("shards", []):
-                name = f"{split}-{len(shards):05d}.safetensors"
+                name = f"{shard_name(split, len(shards))}.safetensors"
                 os.symlink((directory / entry["file"]).resolve(), out / name)
                 start = shards[-1]["samples"][1] if shards else 0
                 count = entry["samples"][1] - entry["samples"][0]
                 shards.append(dict(entry, file=name, samples=[start, start + count]))
-        totals = {
-            k: sum(s[k] for s in shards) for k in ("tokens", "trained_tokens", "bytes", "feature_bytes")
-        }
-        index["splits"][split] = {
-            "samples": shards[-1]["samples"][1] if shards else 0,
-            **totals,
-            "shards": shards,
-        }
-    (out / "index.json").write_text(json.dumps(index, indent=1))
+    index = json.loads(write_index(out, header, splits).read_text())
     return {s: (v["samples"], v["tokens"]) for s, v in index["splits"].items()}
 
 
@@ -226,10 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(merge(args.first, args.second, args.out))
     else:
         top1 = probe(args.target, args.drafter, args.cache, args.samples)
-        product, estimate = 1.0, 1.0
-        for acc in top1:
-            product *= acc
-            estimate += product
+        from draftsmith.train.core.metrics import chain_tau_estimate
+
+        estimate = chain_tau_estimate(top1)
         print(f"top-1 by step {' '.join(f'{x:.3f}' for x in top1)}; tau estimate {estimate:.3f}")
     return 0
 
