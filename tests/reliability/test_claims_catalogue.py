@@ -389,7 +389,9 @@ CASES: dict[str, tuple[Callable[[World], list[str]], str]] = {
     "needed-tau-half": (lambda w: _needed(w, "0.5"), "--tau must be a finite number above 1"),
     "needed-tau-past-the-depth": (lambda w: _needed(w, "9"), "cannot be reached at the measured depth"),
     "needed-points-of-two-sets": (
-        lambda w: _needed(w, "1.5", last={"settings__data": "other.jsonl"}),
+        lambda w: _needed(
+            w, "1.5", last={"settings__data": "other.jsonl", "measured__data__sha256": "0" * 64}
+        ),
         "not measured alike (data:",
     ),
     "needed-points-of-two-budgets": (

@@ -228,10 +228,14 @@ def data_of(report: dict[str, Any]) -> dict[str, Any]:
 def alike_difference(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...] = ()) -> str | None:
     """The first way two reports were not measured alike (data, its content, prompts, decoding settings but
     `ignore`, target), as "key: A vs B"; None when they were. A content hash only one of them records is not
-    compared."""
+    compared; where both record the same one, the data's name is not either (one file named relatively in one
+    run and absolutely in another holds the same prompts)."""
     x, y = data_of(a), data_of(b)
+    same_content = x["data sha256"] is not None and x["data sha256"] == y["data sha256"]
     for key in x:
         if key in ignore or (key == "data sha256" and (x[key] is None or y[key] is None)):
+            continue
+        if key == "data" and same_content:
             continue
         if x[key] != y[key]:
             return f"{key}: {x[key]!r} vs {y[key]!r}"

@@ -113,6 +113,25 @@ def test_what_cannot_be_paired_is_refused(other, message):
         pair(report([("p1", 0, 20, 10), ("p2", 0, 30, 20)]), other)
 
 
+def _with_content(r: dict, sha256: str) -> dict:
+    return {**r, "measured": {"data": {"sha256": sha256}}}
+
+
+def test_the_same_file_named_two_ways_is_paired_and_other_content_is_not():
+    """Reports that recorded the same data content pair whatever path named the file (relative in one run,
+    absolute in another); the same name over other content is refused."""
+    rows = [("p1", 0, 20, 10), ("p2", 0, 30, 20)]
+    relative = _with_content(report(rows, data="copy_eval.jsonl"), "a" * 64)
+    absolute = _with_content(
+        report([("p1", 0, 20, 8), ("p2", 0, 30, 20)], data="/tmp/x/copy_eval.jsonl"), "a" * 64
+    )
+    assert pair(relative, absolute).difference == pytest.approx(50 / 28 - 50 / 30)
+    with pytest.raises(UserError, match=r"not measured alike \(data sha256"):
+        pair(relative, _with_content(report(rows, data="copy_eval.jsonl"), "b" * 64))
+    with pytest.raises(UserError, match=r"not measured alike \(data:"):
+        pair(relative, _with_content(report(rows, data="other.jsonl"), "b" * 64))
+
+
 def test_tree_and_depth_may_differ_and_bad_rows_are_refused():
     a = report([("p1", 0, 20, 10), ("p2", 0, 30, 20)])
     assert pair(a, report([("p1", 0, 20, 7), ("p2", 0, 30, 11)], tree="topk:2", depth=5)).prompts == 2
