@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from draftsmith.runtime.files import read_json, sha256_file
@@ -225,17 +225,25 @@ def data_of(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _same_file(x: dict[str, Any], y: dict[str, Any]) -> bool:
+    """Whether two reports' data (`data_of`) name one file two ways: the same last path part, the same bytes."""
+    names, content = (x["data"], y["data"]), x["data sha256"]
+    if content is None or content != y["data sha256"] or not all(isinstance(n, str) for n in names):
+        return False
+    return PurePosixPath(names[0]).name == PurePosixPath(names[1]).name
+
+
 def alike_difference(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...] = ()) -> str | None:
     """The first way two reports were not measured alike (data, its content, prompts, decoding settings but
     `ignore`, target), as "key: A vs B"; None when they were. A content hash only one of them records is not
-    compared; where both record the same one, the data's name is not either (one file named relatively in one
-    run and absolutely in another holds the same prompts)."""
+    compared. One file named relatively in one run and absolutely in another is the same data: names that end
+    alike over the same recorded content are not compared (`hf:DIR:train` and `hf:DIR:test` end differently:
+    a folder's hash covers every split)."""
     x, y = data_of(a), data_of(b)
-    same_content = x["data sha256"] is not None and x["data sha256"] == y["data sha256"]
     for key in x:
         if key in ignore or (key == "data sha256" and (x[key] is None or y[key] is None)):
             continue
-        if key == "data" and same_content:
+        if key == "data" and _same_file(x, y):
             continue
         if x[key] != y[key]:
             return f"{key}: {x[key]!r} vs {y[key]!r}"

@@ -130,6 +130,12 @@ def test_the_same_file_named_two_ways_is_paired_and_other_content_is_not():
         pair(relative, _with_content(report(rows, data="copy_eval.jsonl"), "b" * 64))
     with pytest.raises(UserError, match=r"not measured alike \(data:"):
         pair(relative, _with_content(report(rows, data="other.jsonl"), "b" * 64))
+    # A folder's hash covers all its splits: two splits of one folder hash alike and are still refused.
+    train = _with_content(report(rows, data="hf:/data/set:train"), "c" * 64)
+    with pytest.raises(
+        UserError, match=r"not measured alike \(data: 'hf:/data/set:train' vs 'hf:/data/set:test'"
+    ):
+        pair(train, _with_content(report(rows, data="hf:/data/set:test"), "c" * 64))
 
 
 def test_tree_and_depth_may_differ_and_bad_rows_are_refused():
