@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from bench.copy_tasks import step_hits
+from draftsmith.models.copy_head import ridge_read, stable_dims
 from draftsmith.models.target import TOP1, LayerId, feature_key
 from draftsmith.runtime.display import fmt_value, table
 
@@ -77,9 +78,7 @@ def fit_token_map(
         n += len(x)
     if gram is None or cross is None:
         raise ValueError("no features to fit the token map on")
-    scale = (gram.diagonal() / n).sqrt().clamp_min(1e-6)
-    scaled = gram / scale[:, None] / scale[None] + ridge * n * torch.eye(len(scale), dtype=gram.dtype)
-    return (torch.linalg.solve(scaled, cross / scale[:, None]) / scale[:, None]).float()
+    return ridge_read(gram, cross, n, ridge).float()
 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -91,14 +90,6 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tens
     cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
     turned = torch.cat([-x[..., half:], x[..., :half]], -1)
     return (x * cos + turned * sin).to(x.dtype)
-
-
-def stable_dims(head_dim: int, theta: float, span: int, max_angle: float = 0.5) -> torch.Tensor:
-    """`[head_dim]` bool: the dimensions whose rotary angle stays under `max_angle` over `span` positions."""
-    half = head_dim // 2
-    freq = theta ** (-torch.arange(half, dtype=torch.float64) / half)
-    keep = freq * span < max_angle
-    return torch.cat([keep, keep])
 
 
 def lookup_predictions(ids: torch.Tensor) -> torch.Tensor:

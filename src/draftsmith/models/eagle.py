@@ -51,11 +51,12 @@ class EagleConfig:
             "final norm and LM-head rows of the draft vocabulary (trains faster at small budgets)."
         },
     )
-    layer_init: Literal["random", "target"] = field(
+    layer_init: Literal["random", "target", "copy"] = field(
         default="random",
         metadata={
             "help": "EAGLE-3: start the draft layer randomly, or from the target's last decoder layer (its "
-            "projections, MLP and norms; the embedding half of q/k/v stays random). Llama-style targets."
+            "projections, MLP and norms; the embedding half of q/k/v stays random; Llama-style targets), or "
+            "randomly with its first key/value group built as a copy head (models/copy_head.py)."
         },
     )
     labels: Literal["target", "data", "top1"] = field(
@@ -168,8 +169,12 @@ class EagleConfig:
                 f"draft.labels={self.labels} is EAGLE-3's option; EAGLE-1 regresses the target's next features, which need "
                 "the target: drop draft.labels or set draft.version=3"
             )
-        if self.layer_init not in ("random", "target") or (self.layer_init == "target" and self.version != 3):
-            raise ValueError(f"draft.layer_init is EAGLE-3's, 'random' or 'target'; got {self.layer_init!r}")
+        if self.layer_init not in ("random", "target", "copy") or (
+            self.layer_init != "random" and self.version != 3
+        ):
+            raise ValueError(
+                f"draft.layer_init is EAGLE-3's, 'random', 'target' or 'copy'; got {self.layer_init!r}"
+            )
         if self.head_init not in ("random", "target"):
             raise ValueError(f"draft.head_init must be 'random' or 'target', got {self.head_init!r}")
         if self.draft_vocab_size < 0:

@@ -24,6 +24,7 @@ from draftsmith.models.chunking import (
     chunk_positions,
     chunked_loss,
 )
+from draftsmith.models.copy_head import init_copy_head_from_data
 from draftsmith.models.eagle import Eagle1Draft, EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft, build_vocab_map, default_feature_layers, resolve_draft_vocab
 from draftsmith.models.losses import eagle1_mask
@@ -333,6 +334,8 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
             draft.init_head_from_target(target.lm_head.weight, target.decoder.norm)
         if cfg.draft.layer_init == "target":
             draft.init_layer_from_target(target.decoder.layers[-1])
+        if cfg.draft.layer_init == "copy":
+            init_copy_head_from_data(draft, target, train_dataset)
     draft.attach_target(target.embed_tokens, target.head)
     return draft
 

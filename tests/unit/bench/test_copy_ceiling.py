@@ -13,7 +13,6 @@ from bench.copy_ceiling import (
     measure_sample,
     readout,
     rotate,
-    stable_dims,
     vote,
 )
 
@@ -68,12 +67,6 @@ def test_rotary_embedding_by_hand_and_relative() -> None:
     base = (rotate(q, torch.tensor([9]), 1e4) * rotate(k, torch.tensor([4]), 1e4)).sum()
     shifted = (rotate(q, torch.tensor([109]), 1e4) * rotate(k, torch.tensor([104]), 1e4)).sum()
     assert torch.allclose(base, shifted, atol=1e-5)  # only the distance counts
-
-
-def test_stable_dimensions_are_the_pairs_that_turn_little_over_the_span() -> None:
-    # D = 4, theta = 100: frequencies 1 and 0.1; over 4 positions they turn 4 and 0.4 radians
-    assert stable_dims(4, theta=100.0, span=4).tolist() == [False, True, False, True]
-    assert stable_dims(4, theta=100.0, span=6).tolist() == [False] * 4
 
 
 def test_keys_read_exactly_from_the_features_copy_as_the_tokens_own_embedding_does() -> None:
