@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from bench.copy_tasks import step_hits
 from draftsmith.models.copy_head import ridge_read, stable_dims
@@ -82,14 +83,14 @@ def fit_token_map(
 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding of `x [T, D]` at `positions [T]`, transformers' layout (dims i and i + D/2 share a
-    frequency theta^(-2i/D))."""
+    """Rotary embedding of `x [T, D]` at `positions [T]` through transformers' own `apply_rotary_pos_emb`
+    (Llama's layout: dims i and i + D/2 share a frequency theta^(-2i/D))."""
     half = x.shape[-1] // 2
     freq = theta ** (-torch.arange(half, dtype=torch.float64) / half)
     angle = positions[:, None].double() * freq[None]
-    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
-    turned = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return (x * cos + turned * sin).to(x.dtype)
+    angle = torch.cat([angle, angle], -1)
+    turned, _ = apply_rotary_pos_emb(x.double()[:, None], x.double()[:, None], angle.cos(), angle.sin())
+    return turned[:, 0].to(x.dtype)
 
 
 def lookup_predictions(ids: torch.Tensor) -> torch.Tensor:
@@ -158,14 +159,12 @@ def measure_sample(
     out = {"lookup (one token)": step_hits([lookup_predictions(ids)], top1, answer)}
     for name, key_space in (("token", centred[ids]), ("features", features @ space.token_map)):
         for positions, k, q in head_views(key_space, queries, space.proj, space.theta):
-            counted = [
-                (step_hits([vote(copy_weights(k, q, s), ids, len(centred))], top1, answer), s)
-                for s in SHARPNESS
-            ]
-            (best, sharpness) = max(counted, key=lambda c: c[0][0][0])
-            out[f"{name} / {positions} / vote"] = best
+            weighted = [copy_weights(k, q, s) for s in SHARPNESS]
+            counted = [step_hits([vote(w, ids, len(centred))], top1, answer) for w in weighted]
+            best = max(range(len(SHARPNESS)), key=lambda i: counted[i][0][0])
+            out[f"{name} / {positions} / vote"] = counted[best]
             if name == "features" and positions == "stable":
-                predicted = readout(copy_weights(k, q, sharpness), ids, space.values(centred), space.head)
+                predicted = readout(weighted[best], ids, space.values(centred), space.head)
                 out[f"{name} / {positions} / value of {space.proj.shape[1]} dims"] = step_hits(
                     [predicted], top1, answer
                 )

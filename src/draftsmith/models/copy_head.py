@@ -56,7 +56,8 @@ def ridge_read(gram: torch.Tensor, cross: torch.Tensor, count: int, ridge: float
     otherwise own it) and the scale is folded back, so `X @ map` fits Y."""
     gram, cross = gram.double(), cross.double()
     scale = (gram.diagonal() / count).sqrt().clamp_min(1e-6)
-    scaled = gram / scale[:, None] / scale[None] + ridge * count * torch.eye(len(scale), dtype=gram.dtype)
+    eye = torch.eye(len(scale), dtype=gram.dtype, device=gram.device)
+    scaled = gram / scale[:, None] / scale[None] + ridge * count * eye
     return torch.linalg.solve(scaled, cross / scale[:, None]) / scale[:, None]
 
 
@@ -104,18 +105,20 @@ def init_copy_head(
     work = torch.float64
     token = draft.norm_in(emb[ids].to(q.dtype)).to(work)
     mean = token.mean(0)
-    centre = torch.eye(H, dtype=work) - torch.outer(mean, mean) / mean.dot(mean).clamp_min(1e-12)
+    eye = torch.eye(H, dtype=work, device=q.device)
+    centre = eye - torch.outer(mean, mean) / mean.dot(mean).clamp_min(1e-12)
     token = token @ centre
     quiet_later_taps(draft.fc.weight, features.to(q.dtype), H)
-    hidden_half = draft.norm_hidden(draft.fc(features.to(q.dtype))).to(work)
+    fused = draft.fc(features.to(q.dtype))
+    hidden_half = draft.norm_hidden(fused).to(work)
     read = ridge_read(hidden_half.T @ hidden_half, hidden_half.T @ token, len(ids))
     gen = torch.Generator().manual_seed(0)
     theta = float(settings["rope_parameters"]["rope_theta"])
-    keep = stable_dims(hd, theta, span)
+    keep = stable_dims(hd, theta, span).to(q.device)
     if not keep.any():
         raise ValueError(f"no rotary dimension of this draft layer stays still over {span} positions")
-    proj = torch.randn(H, hd, generator=gen, dtype=work) * keep.to(work)
-    basis = torch.linalg.qr(torch.randn(H, hd, generator=gen, dtype=work))[0]
+    proj = torch.randn(H, hd, generator=gen, dtype=work).to(q.device) * keep.to(work)
+    basis = torch.linalg.qr(torch.randn(H, hd, generator=gen, dtype=work).to(q.device))[0]
     query_dir, key_dir = centre @ proj, read @ proj
     matched = ((token @ proj) * (hidden_half @ key_dir)).sum(-1).mean()
     if not matched > 0:
@@ -123,33 +126,34 @@ def init_copy_head(
             "the target's features do not say which token they stand for; use draft.layer_init=random"
         )
     beta = math.sqrt(SHARPNESS * math.sqrt(hd) / float(matched))
-    gamma = (
-        OUT_SCALE * draft.fc(features.to(q.dtype)).norm(dim=-1).mean() / (token @ basis).norm(dim=-1).mean()
-    )
+    gamma = OUT_SCALE * fused.norm(dim=-1).mean() / (token @ basis).norm(dim=-1).mean()
+    zeros = torch.zeros(hd, H, dtype=work, device=q.device)
     for h in range(group):
-        q[h * hd : (h + 1) * hd] = torch.cat([beta * query_dir.T, torch.zeros(hd, H, dtype=work)], 1).to(
-            q.dtype
-        )
+        q[h * hd : (h + 1) * hd] = torch.cat([beta * query_dir.T, zeros], 1).to(q.dtype)
         o[:, h * hd : (h + 1) * hd] = (gamma / group * basis).to(o.dtype)
-    k[:hd] = torch.cat([torch.zeros(hd, H, dtype=work), beta * key_dir.T], 1).to(k.dtype)
-    v[:hd] = torch.cat([(centre @ basis).T, torch.zeros(hd, H, dtype=work)], 1).to(v.dtype)
+    k[:hd] = torch.cat([zeros, beta * key_dir.T], 1).to(k.dtype)
+    v[:hd] = torch.cat([(centre @ basis).T, zeros], 1).to(v.dtype)
 
 
 def copy_head_data(
     dataset: Any, target: FrozenTarget, layers: list[LayerId], tokens: int = FIT_TOKENS
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The concatenated taps `[N, 3H]` and tokens `[N]` of the training data's first samples (at least `tokens`
-    positions; cached, or computed by the target), and the longest sample's length."""
+    positions; cached, or computed by the target on its device), on the CPU, and the longest sample's length."""
     feats, ids, n = [], [], 0
     for i in range(len(dataset)):
         if n >= tokens:
             break
         item = dataset[i]
-        batch = {key: value[None] for key, value in item.items() if isinstance(value, torch.Tensor)}
+        batch = {
+            key: value[None].to(target.device)
+            for key, value in item.items()
+            if isinstance(value, torch.Tensor)
+        }
         batch.setdefault("attention_mask", torch.ones_like(batch["input_ids"]))
         got, _ = target.batch_features(batch, layers)
-        feats.append(torch.cat([got[lid][0] for lid in layers], -1).float())
-        ids.append(batch["input_ids"][0].long())
+        feats.append(torch.cat([got[lid][0] for lid in layers], -1).float().cpu())
+        ids.append(batch["input_ids"][0].long().cpu())
         n += len(ids[-1])
     if not ids:
         raise ValueError("draft.layer_init=copy fits its key map on the training data, and it has no samples")
@@ -157,7 +161,10 @@ def copy_head_data(
 
 
 def init_copy_head_from_data(draft: Any, target: FrozenTarget, dataset: Any) -> None:
-    """`draft.layer_init: copy` for a training run: the copy head fitted on `dataset`'s first samples."""
+    """`draft.layer_init: copy` for a training run: the copy head fitted on `dataset`'s first samples, where the
+    drafter is (the target may be on a GPU while the drafter is still built on the CPU)."""
     features, ids, span = copy_head_data(dataset, target, list(draft.feature_layers))
+    device = draft.fc.weight.device
     settings = draft_layer_settings(target.model.config)
-    init_copy_head(draft, settings, target.embed_tokens.weight.detach(), features, ids, span)
+    emb = target.embed_tokens.weight.detach().to(device)
+    init_copy_head(draft, settings, emb, features.to(device), ids.to(device), span)
