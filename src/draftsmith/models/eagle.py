@@ -59,6 +59,13 @@ class EagleConfig:
             "randomly with its first key/value group built as a copy head (models/copy_head.py)."
         },
     )
+    freeze_copy_head: bool = field(
+        default=False,
+        metadata={
+            "help": "EAGLE-3 with layer_init=copy: keep the copy head as built (its query heads, kv head, output "
+            "columns and fc's first-tap columns get no gradient) while the rest of the layer trains."
+        },
+    )
     labels: Literal["target", "data", "top1"] = field(
         default="target",
         metadata={
@@ -169,18 +176,24 @@ class EagleConfig:
                 f"draft.labels={self.labels} is EAGLE-3's option; EAGLE-1 regresses the target's next features, which need "
                 "the target: drop draft.labels or set draft.version=3"
             )
+        self._check_init_options()
+        if self.draft_vocab_size < 0:
+            raise ValueError(
+                f"draft.draft_vocab_size must be >= 0 (0 = full vocabulary), got {self.draft_vocab_size}"
+            )
+
+    def _check_init_options(self) -> None:
+        """How the draft layer and head start, and whether the copy head stays as built."""
         if self.layer_init not in ("random", "target", "copy") or (
             self.layer_init != "random" and self.version != 3
         ):
             raise ValueError(
                 f"draft.layer_init is EAGLE-3's, 'random', 'target' or 'copy'; got {self.layer_init!r}"
             )
+        if self.freeze_copy_head and self.layer_init != "copy":
+            raise ValueError("draft.freeze_copy_head keeps the copy head of draft.layer_init=copy; set both")
         if self.head_init not in ("random", "target"):
             raise ValueError(f"draft.head_init must be 'random' or 'target', got {self.head_init!r}")
-        if self.draft_vocab_size < 0:
-            raise ValueError(
-                f"draft.draft_vocab_size must be >= 0 (0 = full vocabulary), got {self.draft_vocab_size}"
-            )
 
     def _check_loss_options(self) -> None:
         """EAGLE-3's loss options: GRIFFIN's reach mask and HASS's top-k term."""

@@ -38,6 +38,7 @@ from draftsmith.models.target import TOP1, FrozenTarget, LayerId, feature_key
 from draftsmith.runtime.display import table
 from draftsmith.runtime.errors import run_main
 from draftsmith.train.core.data import DataBundle, tokens_view
+from draftsmith.train.core.distributed import requested_engine
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.method import LoopResult, TrainingMethod
 from draftsmith.train.core.metrics import chain_tau_estimate, recorded, start_to_end
@@ -335,6 +336,11 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
         if cfg.draft.layer_init == "target":
             draft.init_layer_from_target(target.decoder.layers[-1])
         if cfg.draft.layer_init == "copy":
+            if cfg.draft.freeze_copy_head and requested_engine() is not None:
+                raise ValueError(
+                    f"draft.freeze_copy_head masks gradients of parameters that {requested_engine()} shards; "
+                    "launch with recipes/accelerate/ddp.yaml (or one process), or drop the option"
+                )
             init_copy_head_from_data(draft, target, train_dataset)
     draft.attach_target(target.embed_tokens, target.head)
     return draft

@@ -7,7 +7,13 @@ import pytest
 import torch
 from conftest import make_tiny_llama
 
-from draftsmith.models.copy_head import init_copy_head, ridge_read, stable_dims
+from draftsmith.models.copy_head import (
+    copy_head_slices,
+    freeze_copy_head,
+    init_copy_head,
+    ridge_read,
+    stable_dims,
+)
 from draftsmith.models.draft_layer import draft_layer_settings
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3Draft
@@ -83,3 +89,39 @@ def test_the_ridge_read_recovers_an_exact_linear_map_at_any_column_scale() -> No
 def test_the_copy_init_is_eagle3s() -> None:
     with pytest.raises(ValueError, match="layer_init"):
         EagleConfig(version=1, layer_init="copy")
+
+
+def test_a_frozen_copy_head_stays_as_built_while_the_rest_trains() -> None:
+    llama = make_tiny_llama(V, layers=4, hidden=H)
+    emb = llama.get_input_embeddings().weight.detach()
+    gen = torch.Generator().manual_seed(0)
+    fit_ids = torch.randint(0, V, (1200,), generator=gen)
+    draft = _draft(llama).train()
+    settings = draft_layer_settings(llama.config)
+    init_copy_head(draft, settings, emb, _features(emb, fit_ids, gen), fit_ids, span=40)
+    freeze_copy_head(draft, settings)
+    built = {name: p.detach().clone() for name, p in draft.named_parameters()}
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=1e-2, weight_decay=0.0)
+    for _ in range(3):
+        ids = torch.randint(0, V, (2, 24), generator=gen)
+        hidden = draft.unroll_hidden(_features(emb, ids.flatten(), gen).view(2, 24, -1), ids)[0]
+        draft.logits(hidden).logsumexp(-1).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    slices = copy_head_slices(draft, settings)
+    assert set(slices) == {f"layer.self_attn.{n}_proj.weight" for n in "qkvo"} | {"fc.weight"}
+    for name, (rows, cols) in slices.items():
+        now, before = draft.get_parameter(name).detach(), built[name]
+        assert torch.equal(now[rows, cols], before[rows, cols]), name
+        rest = torch.ones_like(now, dtype=torch.bool)
+        rest[rows, cols] = False
+        assert not torch.equal(now[rest], before[rest]), name  # the rest of each weight trains
+    assert not torch.equal(
+        draft.get_parameter("layer.mlp.down_proj.weight"), built["layer.mlp.down_proj.weight"]
+    )
+
+
+def test_freezing_the_copy_head_needs_one() -> None:
+    with pytest.raises(ValueError, match="freeze_copy_head"):
+        EagleConfig(freeze_copy_head=True)
+    EagleConfig(layer_init="copy", freeze_copy_head=True)
