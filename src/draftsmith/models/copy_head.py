@@ -135,9 +135,12 @@ def init_copy_head(
     v[:hd] = torch.cat([(centre @ basis).T, zeros], 1).to(v.dtype)
 
 
-def copy_head_slices(draft: Any, settings: dict[str, Any]) -> dict[str, tuple[slice, slice]]:
+def copy_head_slices(
+    draft: Any, settings: dict[str, Any], whole_fc: bool = False
+) -> dict[str, tuple[slice, slice]]:
     """`{parameter name: (rows, columns)}`: what the copy head is in `draft`'s weights (module docstring), fc's
-    first-tap columns included (the key's read of which token a position holds)."""
+    first-tap columns included (the key's read of which token a position holds), or with `whole_fc` all of fc
+    (the key reads fc's whole output, so the later taps' columns move it too)."""
     heads, kv_heads, hd = (
         int(settings[k]) for k in ("num_attention_heads", "num_key_value_heads", "head_dim")
     )
@@ -148,16 +151,16 @@ def copy_head_slices(draft: Any, settings: dict[str, Any]) -> dict[str, tuple[sl
         "layer.self_attn.k_proj.weight": (slice(0, hd), every),
         "layer.self_attn.v_proj.weight": (slice(0, hd), every),
         "layer.self_attn.o_proj.weight": (every, rows),
-        "fc.weight": (every, slice(0, hidden)),
+        "fc.weight": (every, every if whole_fc else slice(0, hidden)),
     }
 
 
-def freeze_copy_head(draft: Any, settings: dict[str, Any]) -> None:
+def freeze_copy_head(draft: Any, settings: dict[str, Any], whole_fc: bool = False) -> None:
     """`draft.freeze_copy_head`: zero the gradient of the copy head's slices (`copy_head_slices`), so that the
     optimizer leaves them as built (AdamW without weight decay moves nothing whose gradient is always zero;
     with decay they would shrink). Hooks on the parameters: one process or DDP; FSDP and DeepSpeed shard or
     flatten the parameters the hooks hold, and a run under either refuses the option (train/eagle.py)."""
-    for name, (rows, cols) in copy_head_slices(draft, settings).items():
+    for name, (rows, cols) in copy_head_slices(draft, settings, whole_fc).items():
         param = draft.get_parameter(name)
         keep = torch.ones_like(param)
         keep[rows, cols] = 0
@@ -197,5 +200,5 @@ def init_copy_head_from_data(draft: Any, target: FrozenTarget, dataset: Any) -> 
     settings = draft_layer_settings(target.model.config)
     emb = target.embed_tokens.weight.detach().to(device)
     init_copy_head(draft, settings, emb, features.to(device), ids.to(device), span)
-    if draft.config.freeze_copy_head:
-        freeze_copy_head(draft, settings)
+    if draft.config.freeze_copy_head != "off":
+        freeze_copy_head(draft, settings, whole_fc=draft.config.freeze_copy_head == "head_and_fc")

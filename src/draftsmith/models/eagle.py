@@ -59,11 +59,13 @@ class EagleConfig:
             "randomly with its first key/value group built as a copy head (models/copy_head.py)."
         },
     )
-    freeze_copy_head: bool = field(
-        default=False,
+    freeze_copy_head: Literal["off", "head", "head_and_fc"] = field(
+        default="off",
         metadata={
-            "help": "EAGLE-3 with layer_init=copy: keep the copy head as built (its query heads, kv head, output "
-            "columns and fc's first-tap columns get no gradient) while the rest of the layer trains."
+            "help": "EAGLE-3 with layer_init=copy: keep the copy head as built while the rest of the layer trains. "
+            "head: its query heads, kv head, output columns and fc's first-tap columns get no gradient; "
+            "head_and_fc: all of fc too (the key reads fc's output, which training of the later taps' columns "
+            "would otherwise change)."
         },
     )
     labels: Literal["target", "data", "top1"] = field(
@@ -190,8 +192,13 @@ class EagleConfig:
             raise ValueError(
                 f"draft.layer_init is EAGLE-3's, 'random', 'target' or 'copy'; got {self.layer_init!r}"
             )
-        if self.freeze_copy_head and self.layer_init != "copy":
-            raise ValueError("draft.freeze_copy_head keeps the copy head of draft.layer_init=copy; set both")
+        if self.freeze_copy_head not in ("off", "head", "head_and_fc") or (
+            self.freeze_copy_head != "off" and self.layer_init != "copy"
+        ):
+            raise ValueError(
+                f"draft.freeze_copy_head is 'off', 'head' or 'head_and_fc', and keeps the copy head of "
+                f"draft.layer_init=copy (got {self.freeze_copy_head!r} with layer_init {self.layer_init!r})"
+            )
         if self.head_init not in ("random", "target"):
             raise ValueError(f"draft.head_init must be 'random' or 'target', got {self.head_init!r}")
 

@@ -336,7 +336,7 @@ def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -
         if cfg.draft.layer_init == "target":
             draft.init_layer_from_target(target.decoder.layers[-1])
         if cfg.draft.layer_init == "copy":
-            if cfg.draft.freeze_copy_head and requested_engine() is not None:
+            if cfg.draft.freeze_copy_head != "off" and requested_engine() is not None:
                 raise ValueError(
                     f"draft.freeze_copy_head masks gradients of parameters that {requested_engine()} shards; "
                     "launch with recipes/accelerate/ddp.yaml (or one process), or drop the option"

@@ -91,7 +91,8 @@ def test_the_copy_init_is_eagle3s() -> None:
         EagleConfig(version=1, layer_init="copy")
 
 
-def test_a_frozen_copy_head_stays_as_built_while_the_rest_trains() -> None:
+@pytest.mark.parametrize("whole_fc", [False, True])
+def test_a_frozen_copy_head_stays_as_built_while_the_rest_trains(whole_fc: bool) -> None:
     llama = make_tiny_llama(V, layers=4, hidden=H)
     emb = llama.get_input_embeddings().weight.detach()
     gen = torch.Generator().manual_seed(0)
@@ -99,7 +100,7 @@ def test_a_frozen_copy_head_stays_as_built_while_the_rest_trains() -> None:
     draft = _draft(llama).train()
     settings = draft_layer_settings(llama.config)
     init_copy_head(draft, settings, emb, _features(emb, fit_ids, gen), fit_ids, span=40)
-    freeze_copy_head(draft, settings)
+    freeze_copy_head(draft, settings, whole_fc)
     built = {name: p.detach().clone() for name, p in draft.named_parameters()}
     optimizer = torch.optim.AdamW(draft.parameters(), lr=1e-2, weight_decay=0.0)
     for _ in range(3):
@@ -108,14 +109,16 @@ def test_a_frozen_copy_head_stays_as_built_while_the_rest_trains() -> None:
         draft.logits(hidden).logsumexp(-1).mean().backward()
         optimizer.step()
         optimizer.zero_grad()
-    slices = copy_head_slices(draft, settings)
+    slices = copy_head_slices(draft, settings, whole_fc)
     assert set(slices) == {f"layer.self_attn.{n}_proj.weight" for n in "qkvo"} | {"fc.weight"}
     for name, (rows, cols) in slices.items():
         now, before = draft.get_parameter(name).detach(), built[name]
         assert torch.equal(now[rows, cols], before[rows, cols]), name
         rest = torch.ones_like(now, dtype=torch.bool)
         rest[rows, cols] = False
-        assert not torch.equal(now[rest], before[rest]), name  # the rest of each weight trains
+        if rest.any():  # with whole_fc, fc has no rest
+            assert not torch.equal(now[rest], before[rest]), name  # the rest of each weight trains
+    assert whole_fc == torch.equal(draft.fc.weight, built["fc.weight"])
     assert not torch.equal(
         draft.get_parameter("layer.mlp.down_proj.weight"), built["layer.mlp.down_proj.weight"]
     )
@@ -123,5 +126,7 @@ def test_a_frozen_copy_head_stays_as_built_while_the_rest_trains() -> None:
 
 def test_freezing_the_copy_head_needs_one() -> None:
     with pytest.raises(ValueError, match="freeze_copy_head"):
-        EagleConfig(freeze_copy_head=True)
-    EagleConfig(layer_init="copy", freeze_copy_head=True)
+        EagleConfig(freeze_copy_head="head")
+    with pytest.raises(ValueError, match="'off', 'head' or 'head_and_fc'"):
+        EagleConfig(layer_init="copy", freeze_copy_head="yes")  # type: ignore[arg-type]
+    EagleConfig(layer_init="copy", freeze_copy_head="head_and_fc")
