@@ -164,7 +164,8 @@ def freeze_copy_head(draft: Any, settings: dict[str, Any], whole_fc: bool = Fals
         param = draft.get_parameter(name)
         keep = torch.ones_like(param)
         keep[rows, cols] = 0
-        param.register_hook(lambda grad, keep=keep: grad * keep.to(grad.dtype))
+        # the mask follows the gradient: accelerate moves the drafter to its device after it is built
+        param.register_hook(lambda grad, keep=keep: grad * keep.to(grad.device, grad.dtype))
 
 
 def copy_head_data(
