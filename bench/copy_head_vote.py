@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from bench.copy_ceiling import vote
 from bench.copy_tasks import step_hits
@@ -36,19 +34,9 @@ from draftsmith.runtime.display import fmt_value, table
 @torch.no_grad()
 def group_attention(model: Any, features: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """`[T, T]`: kv group 0's causal attention weights at TTT step 0, averaged over its query heads, for one
-    sample (`features [1, T, 3H]`, `ids [1, T]`): the fused layer's own projections, norms and rotary
-    embedding, recomputed (the layer's attention kernel does not return its weights)."""
-    attn = model.layer.self_attn
-    hd, group = attn.head_dim, attn.num_key_value_groups
-    hidden = model.project(features)
-    emb = model._parts().embed_tokens(shift_left(ids)).to(hidden.dtype)
-    u = torch.cat([model.norm_in(emb), model.norm_hidden(hidden)], -1)
+    sample (`features [1, T, 3H]`, `ids [1, T]`), from the drafter's own `group_scores`."""
+    scores = model.group_scores(model.project(features), shift_left(ids))[0]
     T = ids.shape[1]
-    q = attn.q_proj(u).view(1, T, -1, hd).transpose(1, 2)[:, :group]
-    k = attn.k_proj(u).view(1, T, -1, hd).transpose(1, 2)[:, :1]
-    cos, sin = model.layer.rotary_emb(hidden, torch.arange(T, device=ids.device)[None])
-    q, k = apply_rotary_pos_emb(q, k, cos, sin)
-    scores = (q @ k.transpose(-1, -2))[0] / math.sqrt(hd)
     future = torch.ones(T, T, dtype=torch.bool, device=ids.device).triu(1)
     return scores.masked_fill(future, float("-inf")).softmax(-1).mean(0)
 

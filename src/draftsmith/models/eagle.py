@@ -98,6 +98,16 @@ class EagleConfig:
             "docs/BENCHMARKS.md). 0 = off."
         },
     )
+    copy_attention: float = field(
+        default=0.0,
+        metadata={
+            "help": "EAGLE-3: weight of a loss on the attention of the fused layer's first key/value group (the copy "
+            "head of layer_init=copy, or any group 0): at each answer position whose next token repeats an "
+            "earlier continuation of the current token, -log of the attention that group puts on those earlier "
+            "columns (train/prompt_lookup.py). Teaches the head to find what prompt lookup copies, with fc and "
+            "the rest of the layer free to train. 0 = off."
+        },
+    )
     train_on: Literal["answers", "all"] = field(
         default="answers",
         metadata={
@@ -219,6 +229,13 @@ class EagleConfig:
             raise ValueError(
                 f"draft.copy_weight is EAGLE-3's extra weight (>= 0; 0 = off), got {self.copy_weight} with version "
                 f"{self.version}"
+            )
+        if not (math.isfinite(self.copy_attention) and self.copy_attention >= 0) or (
+            self.copy_attention and self.version != 3
+        ):
+            raise ValueError(
+                f"draft.copy_attention is EAGLE-3's copy-attention loss weight (a finite number >= 0; 0 = off), "
+                f"got {self.copy_attention} with version {self.version}"
             )
         if self.train_on not in ("answers", "all"):
             raise ValueError(f"draft.train_on must be 'answers' or 'all', got {self.train_on!r}")

@@ -25,8 +25,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .draft_layer import InputNormLayer
 from .eagle import DraftLayer, EagleConfig, _EagleBase
@@ -175,8 +177,32 @@ class Eagle3Parts(DrafterOnTarget):
         past_key_values: Any,
     ) -> torch.Tensor:
         """The first layer on hidden states (the residual) and token embeddings `[B, T, H]` -> `[B, T, H]`."""
-        u = torch.cat([self.norm_in(emb), self.norm_hidden(hidden)], dim=-1)
-        return self.layer(hidden, u, position_ids, attention_mask, past_key_values)
+        return self.layer(
+            hidden, self.attention_input(hidden, emb), position_ids, attention_mask, past_key_values
+        )
+
+    def attention_input(self, hidden: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """What the fused layer's q/k/v read: `cat(norm_in(emb), norm_hidden(hidden))` `[B, T, 2H]`."""
+        return torch.cat([self.norm_in(emb), self.norm_hidden(hidden)], dim=-1)
+
+    def group_scores(self, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """`[B, G, T, T]`: the attention scores (after 1/sqrt(head_dim), before any mask) of the G query heads
+        of kv group 0 in the fused layer at TTT step 0, from its residual `hidden` (fc's output) and the input
+        `ids` `[B, T]` (x_{t+1} at column t). The layer's attention kernel does not return its weights, so
+        group 0's q and k are projected again from its own weight rows: the copy head's attention
+        (models/copy_head.py), which `draft.copy_attention` trains and `bench.copy_head_vote` reads."""
+        attn: Any = self.layer.self_attn
+        hd, group = attn.head_dim, attn.num_key_value_groups
+        B, T = ids.shape
+        u = self.attention_input(hidden, self._parts().embed_tokens(ids).to(hidden.dtype))
+        q = F.linear(u, attn.q_proj.weight[: group * hd]).view(B, T, group, hd)
+        k = F.linear(u, attn.k_proj.weight[:hd]).view(B, T, 1, hd)
+        if hasattr(attn, "q_norm"):  # the qwen3 draft layer's per-head norms
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        positions = torch.arange(T, device=ids.device)[None]
+        cos, sin = self.layer.rotary_emb(hidden, positions)
+        q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        return q @ k.transpose(-1, -2) * attn.scaling
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits `[.., Vd]`."""

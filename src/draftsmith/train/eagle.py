@@ -34,10 +34,10 @@ from draftsmith.models.objectives import (
     per_column,
 )
 from draftsmith.models.parts import shift_left
-from draftsmith.models.target import TOP1, FrozenTarget, LayerId, feature_key
+from draftsmith.models.target import TOP1, FrozenTarget, LayerId
 from draftsmith.runtime.display import table
 from draftsmith.runtime.errors import run_main
-from draftsmith.train.core.data import DataBundle, tokens_view
+from draftsmith.train.core.data import DataBundle
 from draftsmith.train.core.distributed import requested_engine
 from draftsmith.train.core.entry import train_main
 from draftsmith.train.core.method import LoopResult, TrainingMethod
@@ -58,7 +58,8 @@ from draftsmith.train.eagle_chunks import (
     eagle3_data_chunk,
     top1_labels,
 )
-from draftsmith.train.prompt_lookup import copy_weights
+from draftsmith.train.eagle_vocab import label_token_counts
+from draftsmith.train.prompt_lookup import COPY_TERM, copy_rows, copy_weights, with_copy_term
 
 TAU_ESTIMATE_DEPTH = 5  # EAGLE-1 trains one step; its estimate assumes that accuracy at every depth
 
@@ -141,10 +142,18 @@ class EagleMethod(TrainingMethod):
             self.term_weights = self.objective.term_weights(
                 torch.tensor([draft.config.step_decay**s for s in range(S)])
             )
+            if (
+                draft.config.copy_attention
+            ):  # one more term: the copy head's attention (train/prompt_lookup.py)
+                self.term_names.append(COPY_TERM)
+                self.term_weights = torch.cat(
+                    [self.term_weights, torch.tensor([draft.config.copy_attention])]
+                )
         self.feature_layers: tuple[LayerId, ...] = tuple(draft.feature_layers)
         self.labels = "target" if self.version == 1 else draft.config.labels
         self.soft_labels = self.labels == "target"
         self.train_on = draft.config.train_on
+        self.copy_attention = self.version == 3 and bool(draft.config.copy_attention)
 
     def prepare_batch(
         self, model: nn.Module, batch: dict[str, torch.Tensor], step: int, micro_batch: int, rank: int
@@ -159,7 +168,7 @@ class EagleMethod(TrainingMethod):
     def _masks(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """Each TTT step's loss mask (`step_masks`); with data labels, also where the label token exists (top1's
         label is the target's prediction at position t+s+1, which `step_masks` already requires)."""
-        masks = step_masks(batch, 1 if self.version == 1 else len(self.term_names))
+        masks = step_masks(batch, 1 if self.version == 1 else draft_steps(self.term_names))
         if self.labels != "data":
             return masks
         return [m & (data_labels(batch, s) >= 0) for s, m in enumerate(masks)]
@@ -167,7 +176,11 @@ class EagleMethod(TrainingMethod):
     def token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         masks = self._masks(batch)
         counts = torch.stack([m.sum() for m in masks]).float()
-        return counts.repeat(2) if self.version == 1 else counts
+        if self.version == 1:
+            return counts.repeat(2)
+        if self.copy_attention:
+            counts = torch.cat([counts, copy_rows(batch, masks[0])[1].sum().float()[None]])
+        return counts
 
     def loss_terms(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
@@ -195,10 +208,27 @@ class EagleMethod(TrainingMethod):
             sums, _, metrics = chunked_loss(fn, (*inputs, weights), chunk, keep=m)
             return sums, metrics
         g = torch.cat([feats[i] for i in self.feature_layers], dim=-1)
-        hidden = model(g, ids)  # one [B, T, H] per TTT step; the logits are computed per chunk
-        S = len(hidden)
+        # one [B, T, H] per TTT step (the logits are computed per chunk), and the copy head's scores or None
+        hidden, scores = model(g, ids)
         if not soft:
-            return self._hard_label_terms(model, batch, feats, hidden, masks, chunk)
+            sums, metrics = self._hard_label_terms(model, batch, feats, hidden, masks, chunk)
+        else:
+            sums, metrics = self._soft_label_terms(draft, batch, feats, hidden, masks, chunk)
+        if scores is None:
+            return sums, metrics
+        return with_copy_term(scores, batch, masks[0], sums, metrics)
+
+    def _soft_label_terms(
+        self,
+        draft: Any,
+        batch: dict[str, torch.Tensor],
+        feats: dict[LayerId, torch.Tensor],
+        hidden: Sequence[torch.Tensor],
+        masks: Sequence[torch.Tensor],
+        chunk: int,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """EAGLE-3's loss terms against the target's distributions (`draft.labels: target`)."""
+        ids, S = batch["input_ids"], len(hidden)
         # Step s's soft label at column t is the target's distribution at position t+s+1 (zeros past the end).
         # `windows[:, t, :, s]` is that state: a strided view of one zero-padded copy of `final`, so a chunk of
         # columns carries the c+S-1 states its S steps read and the target head runs once per chunk, not once
@@ -211,9 +241,9 @@ class EagleMethod(TrainingMethod):
         if draft.config.copy_weight:
             # copies of the data's next token: the soft label's argmax on the target's own answers
             data = torch.stack([data_labels(batch, s) for s in range(S)], -1)
-            weights = weights * self._copy_weights(model, batch, data).permute(2, 0, 1)
-        fn = eagle3_chunk(draft, head, objective)
-        inputs = (*hidden, windows, torch.stack(masks, -1), weights.permute(1, 2, 0))
+            weights = weights * self._copy_weights(draft, batch, data).permute(2, 0, 1)
+        fn = eagle3_chunk(draft, self.target.head, self.objective)
+        inputs = (*hidden, windows, torch.stack(list(masks), -1), weights.permute(1, 2, 0))
         # A chunk computes all S steps' logits: c/S columns each keep one step's worth of vocabulary rows alive.
         sums, _, metrics = chunked_loss(fn, inputs, max(1, chunk // S))
         return sums, metrics
@@ -273,7 +303,12 @@ class EagleMethod(TrainingMethod):
     def derived_metrics(self, record: dict[str, float], prefix: str) -> dict[str, float]:
         """`tau_estimate`: 1 + sum_d prod_{s<d} acc_s (EAGLE-1: its one accuracy at every depth up to 5)."""
         accs = recorded(
-            record, [f"{prefix}/{name}/top1" for name in self.term_names if not name.endswith("_reg")]
+            record,
+            [
+                f"{prefix}/{name}/top1"
+                for name in self.term_names
+                if name != COPY_TERM and not name.endswith("_reg")
+            ],
         )
         if accs is None:
             return {}
@@ -289,36 +324,14 @@ class _Eagle3Train(Eagle3Draft):
     """EAGLE-3 whose forward is the TTT unroll up to the draft head, so accelerate / DDP wrap one call per
     step; the loss applies the head one sequence chunk at a time."""
 
-    def forward(self, features: torch.Tensor, input_ids: torch.Tensor) -> list[torch.Tensor]:
-        return self.unroll_hidden(features, input_ids)
-
-
-def assistant_token_counts(dataset: object, vocab_size: int) -> torch.Tensor:
-    """How often each token id is a trained (assistant) token in `dataset` (EAGLE-3's vocabulary scan)."""
-    counts = torch.zeros(vocab_size, dtype=torch.long)
-    view = tokens_view(dataset)
-    for i in range(len(view)):
-        sample = view[i]
-        ids = torch.as_tensor(sample["input_ids"])[torch.as_tensor(sample["loss_mask"]).bool()]
-        counts += torch.bincount(ids, minlength=vocab_size)
-    return counts
-
-
-def label_token_counts(dataset: object, vocab_size: int, labels: str) -> torch.Tensor:
-    """How often each token id is a label (EAGLE-3's vocabulary scan): the trained tokens of the data, or with
-    `draft.labels: top1` and a cache that holds them, the target's greedy tokens that predict them (on text the
-    target did not write, the tokens it would say are the ones to keep in the draft vocabulary)."""
-    layers = getattr(dataset, "layers", [])
-    if labels != "top1" or TOP1 not in layers:
-        return assistant_token_counts(dataset, vocab_size)
-    counts = torch.zeros(vocab_size, dtype=torch.long)
-    view: Any = dataset.only([TOP1])  # type: ignore[attr-defined]
-    for i in range(len(view)):
-        sample = view[i]
-        counts += torch.bincount(
-            sample[feature_key(TOP1)][:-1][sample["loss_mask"][1:]], minlength=vocab_size
-        )
-    return counts
+    def forward(
+        self, features: torch.Tensor, input_ids: torch.Tensor
+    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """Every TTT step's output, and with `draft.copy_attention` kv group 0's step-0 attention scores."""
+        hidden = self.unroll_hidden(features, input_ids)
+        if not self.config.copy_attention:
+            return hidden, None
+        return hidden, self.group_scores(self.project(features), shift_left(input_ids))
 
 
 def build_draft(cfg: EagleRecipe, target: FrozenTarget, train_dataset: object) -> Eagle1Draft | Eagle3Draft:
@@ -380,13 +393,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
 
+def draft_steps(term_names: list[str]) -> int:
+    """How many of EAGLE-3's loss terms are draft steps (all but the copy-attention term)."""
+    return sum(name != COPY_TERM for name in term_names)
+
+
 def format_step_table(
     metrics: dict[str, float], term_names: list[str], start: dict[str, float] | None = None
 ) -> str:
     """Markdown table of held-out teacher-forced top-1 per depth (TTT step), and the tau estimate (start -> end)."""
     start = start or {}
     rows = []
-    for s, name in enumerate(n for n in term_names if not n.endswith("_reg")):
+    for s, name in enumerate(n for n in term_names if n != COPY_TERM and not n.endswith("_reg")):
         cells = [start_to_end(f"eval/{name}/{key}", metrics, start) for key in ("top1", "loss")]
         rows.append([s + 1, f"x(t+{s + 2})", *cells])
     lines = table(["depth", "predicts", "top-1", "loss"], rows)

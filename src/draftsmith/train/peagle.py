@@ -53,7 +53,8 @@ from draftsmith.train.core.recipe import (
     seed_field,
     taps_and_final,
 )
-from draftsmith.train.eagle import argmax_ce, assistant_token_counts, format_step_table
+from draftsmith.train.eagle import argmax_ce, format_step_table
+from draftsmith.train.eagle_vocab import assistant_token_counts
 
 EVAL_STEP = -1  # held-out batches draw their items as if at this step: the same items at every evaluation
 

@@ -109,7 +109,7 @@ def test_top1_labels_cache_the_targets_greedy_tokens_as_int32(tiny_toy_target, t
     with safe_open(str(cache.directory / cache.index["splits"]["train"]["shards"][0]["file"]), "pt") as f:
         assert f.get_slice("feat.top1").get_dtype() == "I32"
     # The draft vocabulary is chosen from the labels: the target's greedy tokens at the trained positions
-    from draftsmith.train.eagle import label_token_counts
+    from draftsmith.train.eagle_vocab import label_token_counts
 
     train = cache.dataset("train")
     expected = torch.zeros(target.vocab_size, dtype=torch.long)
