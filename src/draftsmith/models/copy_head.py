@@ -164,8 +164,21 @@ def freeze_copy_head(draft: Any, settings: dict[str, Any], whole_fc: bool = Fals
         param = draft.get_parameter(name)
         keep = torch.ones_like(param)
         keep[rows, cols] = 0
-        # the mask follows the gradient: accelerate moves the drafter to its device after it is built
-        param.register_hook(lambda grad, keep=keep: grad * keep.to(grad.device, grad.dtype))
+        param.register_hook(_masked(keep))
+
+
+def _masked(keep: torch.Tensor) -> Any:
+    """A gradient hook multiplying by `keep`, moved once to each device and dtype a gradient arrives on
+    (accelerate moves the drafter after it is built)."""
+    moved: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        key = (grad.device, grad.dtype)
+        if key not in moved:
+            moved[key] = keep.to(grad.device, grad.dtype)
+        return grad * moved[key]
+
+    return hook
 
 
 def copy_head_data(
