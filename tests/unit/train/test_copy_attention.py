@@ -15,6 +15,7 @@ from conftest import make_tiny_llama
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, eager_attention_forward
 
 from draftsmith.models.eagle import EagleConfig
+from draftsmith.models.parts import shift_left
 from draftsmith.models.target import FrozenTarget
 from draftsmith.train.eagle import EagleMethod, _Eagle3Train
 from draftsmith.train.prompt_lookup import COPY_TERM, copy_attention_terms, copy_columns
@@ -153,3 +154,41 @@ def test_copy_attention_is_eagle3_s_and_not_negative() -> None:
         EagleConfig(version=3, copy_attention=-1.0)
     with pytest.raises(ValueError, match="copy-attention loss weight"):
         EagleConfig(version=1, copy_attention=0.5)
+
+
+@pytest.mark.parametrize("labels", ["target", "data"])
+def test_the_term_leaves_the_depth_terms_as_they_were(labels: Literal["target", "data"]) -> None:
+    """The same drafter with and without the term: equal depth sums and metrics, one more term whose sum is
+    `copy_attention_terms` of the drafter's own group scores, counted over the columns with a source."""
+    llama = make_tiny_llama(13, layers=4, hidden=32)
+    target = FrozenTarget(llama, SimpleNamespace(pad_token_id=0), "tiny-13")
+    methods = []
+    for weight in (0.0, 0.5):
+        torch.manual_seed(0)
+        cfg = EagleConfig(
+            version=3, feature_layers=[1, 2, 3], ttt_steps=3, labels=labels, copy_attention=weight
+        )
+        draft = _Eagle3Train(cfg, target.model.config, target.vocab_size)
+        draft.attach_target(target.embed_tokens, target.head)
+        methods.append(EagleMethod(target, draft))
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 4, (2, 14), generator=gen)
+    attention = torch.ones_like(ids)
+    attention[1, 11:] = 0
+    loss_mask = attention.bool() & (torch.arange(14) >= 3)
+    b = {"input_ids": ids, "attention_mask": attention, "loss_mask": loss_mask}
+    (plain_sums, plain_metrics), (sums, metrics) = (m.loss_terms(m.model.eval(), b) for m in methods)
+    assert torch.allclose(sums[:3], plain_sums) and len(sums) == 4
+    assert all(torch.allclose(metrics[k][:3], v) for k, v in plain_metrics.items())
+    with_term = methods[1]
+    assert with_term.term_weights.tolist() == pytest.approx([1.0, 0.8, 0.64, 0.5])
+    first_mask = with_term._masks(b)[0]
+    columns = copy_columns(ids, attention)
+    rows = columns.any(-1) & first_mask
+    model: Any = with_term.model
+    feats, _ = target.batch_features(b, model.feature_layers)
+    g = torch.cat([feats[i] for i in model.feature_layers], -1)
+    scores = model.group_scores(model.project(g), shift_left(ids))
+    expected, _ = copy_attention_terms(scores, columns, rows, attention.bool())
+    assert rows.sum() > 0 and torch.isclose(sums[3], expected)
+    assert with_term.token_counts(b)[-1] == rows.sum()
