@@ -142,9 +142,8 @@ class EagleMethod(TrainingMethod):
             self.term_weights = self.objective.term_weights(
                 torch.tensor([draft.config.step_decay**s for s in range(S)])
             )
-            if (
-                draft.config.copy_attention
-            ):  # one more term: the copy head's attention (train/prompt_lookup.py)
+            # one more term with draft.copy_attention: the copy head's attention (train/prompt_lookup.py)
+            if draft.config.copy_attention:
                 self.term_names.append(COPY_TERM)
                 self.term_weights = torch.cat(
                     [self.term_weights, torch.tensor([draft.config.copy_attention])]
