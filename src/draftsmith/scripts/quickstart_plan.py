@@ -85,14 +85,24 @@ class Plan:
     # A cache and a run per answers content (named by the answer count and the files' sha256): a later run
     # with more --prompts extends the answers files and an answers file edited in place has other bytes, and
     # neither may reuse shards or a checkpoint made from the old ones; the same answers name the same
-    # directories, so a killed quickstart resumes in them. Read once stage 2 has written the answers.
+    # directories, so a killed quickstart resumes in them. Read once stage 2 has written the answers. The run
+    # is named by its training settings too (`training_tag`): a recipe changed by a newer draftsmith, other
+    # overrides or epochs train a new drafter, where resuming would have handed back the old one.
     @property
     def cache(self) -> Path:
         return self.out / f"cache-{self.budget.prompts}-{self.answers_tag}"
 
     @property
     def run_dir(self) -> Path:
-        return self.out / f"eagle3-{self.budget.prompts}-{self.answers_tag}"
+        return self.out / f"eagle3-{self.budget.prompts}-{self.answers_tag}-{self.training_tag}"
+
+    @property
+    def training_tag(self) -> str:
+        """The first 6 hex digits of the sha256 of what training reads besides the data: the recipe file's
+        bytes, the epochs, the precision and the command line's overrides."""
+        recipe = Path(self.recipe).read_bytes()
+        settings = [f"epochs={self.budget.epochs!r}", f"dtype={self.dtype}", *self.overrides]
+        return hashlib.sha256(recipe + "\n".join(settings).encode()).hexdigest()[:6]
 
     @property
     def answers_tag(self) -> str:
