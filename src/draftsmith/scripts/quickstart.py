@@ -23,10 +23,10 @@ answers that changed (more --prompts, or a file edited in place) get a new cache
 Runs on CPU with no network. The answers, the cache and training run in bfloat16 where the machine has it
 natively (--dtype auto). On 2 idle cores with native bfloat16 (a Zen 4 AMD EPYC), --budget short's training took
 4 min 44 s and its evaluation 19 min 53 s, most of it vLLM's depth check; the answers and the cache take about 4
-minutes more there, and every stage about 3x as long on cores without it (docs/BENCHMARKS.md, "The copy head as
-the quickstart's default", "The serving depth measured in vLLM"). Its EAGLE-3 accepts 1.60 (chain) / 1.85 (tree)
-tokens per step against ngram's 1.29 (chain) on the held-out prompts, and vLLM serves it fastest at depth 2
-(1.39x plain decoding).
+minutes more there; on cores without it the answers, the cache and training take 2 to 4 times as long
+(docs/BENCHMARKS.md, "The copy head as the quickstart's default", "The serving depth measured in vLLM"). Its
+EAGLE-3 accepts 1.60 (chain) / 1.85 (tree) tokens per step against ngram's 1.29 (chain) on the held-out prompts,
+and vLLM serves it fastest at depth 2 (1.39x plain decoding).
 """
 
 from __future__ import annotations
