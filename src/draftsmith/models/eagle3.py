@@ -185,23 +185,35 @@ class Eagle3Parts(DrafterOnTarget):
         """What the fused layer's q/k/v read: `cat(norm_in(emb), norm_hidden(hidden))` `[B, T, 2H]`."""
         return torch.cat([self.norm_in(emb), self.norm_hidden(hidden)], dim=-1)
 
-    def group_scores(self, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    def group_scores(
+        self,
+        hidden: torch.Tensor,
+        ids: torch.Tensor,
+        query: tuple[torch.Tensor, torch.Tensor, int] | None = None,
+    ) -> torch.Tensor:
         """`[B, G, T, T]`: the attention scores (after 1/sqrt(head_dim), before any mask) of the G query heads
         of kv group 0 in the fused layer at TTT step 0, from its residual `hidden` (fc's output) and the input
         `ids` `[B, T]` (x_{t+1} at column t). The layer's attention kernel does not return its weights, so
         group 0's q and k are projected again from its own weight rows: the copy head's attention
-        (models/copy_head.py), which `draft.copy_attention` trains and `bench.copy_head_vote` reads."""
+        (models/copy_head.py), which `draft.copy_attention` trains and `bench.copy_head_vote` reads.
+        `query`: `(hidden, ids, step)` of a later TTT step instead, its queries at positions t + step scored
+        against the same step-0 keys (the part of that step's attention `bench.copy_rows --steps` reads)."""
         attn: Any = self.layer.self_attn
         hd, group = attn.head_dim, attn.num_key_value_groups
         B, T = ids.shape
-        u = self.attention_input(hidden, self._parts().embed_tokens(ids).to(hidden.dtype))
-        q = F.linear(u, attn.q_proj.weight[: group * hd]).view(B, T, group, hd)
+        q_hidden, q_ids, step = query if query is not None else (hidden, ids, 0)
+        embed = self._parts().embed_tokens
+        u = self.attention_input(hidden, embed(ids).to(hidden.dtype))
+        uq = self.attention_input(q_hidden, embed(q_ids).to(q_hidden.dtype)) if query is not None else u
+        q = F.linear(uq, attn.q_proj.weight[: group * hd]).view(B, T, group, hd)
         k = F.linear(u, attn.k_proj.weight[:hd]).view(B, T, 1, hd)
         if hasattr(attn, "q_norm"):  # the qwen3 draft layer's per-head norms
             q, k = attn.q_norm(q), attn.k_norm(k)
         positions = torch.arange(T, device=ids.device)[None]
         cos, sin = self.layer.rotary_emb(hidden, positions)
-        q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        q_cos, q_sin = self.layer.rotary_emb(hidden, positions + step)
+        q = apply_rotary_pos_emb(q.transpose(1, 2), q.transpose(1, 2), q_cos, q_sin)[0]
+        k = apply_rotary_pos_emb(k.transpose(1, 2), k.transpose(1, 2), cos, sin)[0]
         return q @ k.transpose(-1, -2) * attn.scaling
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

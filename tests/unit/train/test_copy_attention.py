@@ -55,24 +55,31 @@ def _draft(layer: Literal["llama", "qwen3"] = "llama") -> _Eagle3Train:
     return draft
 
 
+@pytest.mark.parametrize("step", [0, 2])
 @pytest.mark.parametrize("layer", ["llama", "qwen3"])
-def test_group_scores_are_the_layer_s_own_attention(layer: Literal["llama", "qwen3"]) -> None:
+def test_group_scores_are_the_layer_s_own_attention(layer: Literal["llama", "qwen3"], step: int) -> None:
     """Oracle: transformers' eager attention over the layer's full projections (all heads, its own q/k norms
-    and rotary embedding); group 0's heads are the first `group` of them."""
+    and rotary embedding); group 0's heads are the first `group` of them. At a later TTT step the queries come
+    from that step's input at positions t + step, the keys from step 0's."""
     draft = _draft(layer)
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 13, (2, 9), generator=gen)
     hidden = torch.randn(2, 9, 32, generator=gen)
-    scores = draft.group_scores(hidden, ids)
+    later_ids = torch.randint(0, 13, (2, 9), generator=gen) if step else ids
+    later = torch.randn(2, 9, 32, generator=gen) if step else hidden
+    scores = draft.group_scores(hidden, ids, query=(later, later_ids, step) if step else None)
     attn: Any = draft.layer.self_attn
     u = draft.attention_input(hidden, draft._parts().embed_tokens(ids))
+    u_later = draft.attention_input(later, draft._parts().embed_tokens(later_ids))
     hd, group = attn.head_dim, attn.num_key_value_groups
-    q = attn.q_proj(u).view(2, 9, -1, hd)
+    q = attn.q_proj(u_later).view(2, 9, -1, hd)
     k = attn.k_proj(u).view(2, 9, -1, hd)
     if layer == "qwen3":
         q, k = attn.q_norm(q), attn.k_norm(k)
     cos, sin = draft.layer.rotary_emb(hidden, torch.arange(9)[None])
-    q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+    q_cos, q_sin = draft.layer.rotary_emb(hidden, torch.arange(9)[None] + step)
+    q = apply_rotary_pos_emb(q.transpose(1, 2), q.transpose(1, 2), q_cos, q_sin)[0]
+    k = apply_rotary_pos_emb(k.transpose(1, 2), k.transpose(1, 2), cos, sin)[0]
     v = torch.zeros_like(k)
     causal = torch.full((9, 9), float("-inf")).triu(1)[None, None]
     _, weights = eager_attention_forward(attn, q, k, v, causal, scaling=attn.scaling)
