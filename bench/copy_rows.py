@@ -61,9 +61,8 @@ def count_step_rows(
     `count_rows` gives (copy rows, their hits, their peaks on a source, other rows, their hits)."""
     steps = model.config.ttt_steps
     hiddens = model.unroll_hidden(features, ids)
-    sources = copy_columns(ids, torch.ones_like(ids))[
-        0
-    ]  # [u, j]: sources of the column whose query is x_{u+1}
+    # [u, j]: the sources of the column whose query is x_{u+1}
+    sources = copy_columns(ids, torch.ones_like(ids))[0]
     T = ids.shape[1]
     earlier = torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
     first, first_ids = model.project(features), shift_left(ids)
