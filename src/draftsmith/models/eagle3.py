@@ -201,19 +201,20 @@ class Eagle3Parts(DrafterOnTarget):
         attn: Any = self.layer.self_attn
         hd, group = attn.head_dim, attn.num_key_value_groups
         B, T = ids.shape
-        q_hidden, q_ids, step = query if query is not None else (hidden, ids, 0)
         embed = self._parts().embed_tokens
         u = self.attention_input(hidden, embed(ids).to(hidden.dtype))
-        uq = self.attention_input(q_hidden, embed(q_ids).to(q_hidden.dtype)) if query is not None else u
-        q = F.linear(uq, attn.q_proj.weight[: group * hd]).view(B, T, group, hd)
-        k = F.linear(u, attn.k_proj.weight[:hd]).view(B, T, 1, hd)
+        uq = u if query is None else self.attention_input(query[0], embed(query[1]).to(query[0].dtype))
+        q = F.linear(uq, attn.q_proj.weight[: group * hd]).view(B, T, group, hd).transpose(1, 2)
+        k = F.linear(u, attn.k_proj.weight[:hd]).view(B, T, 1, hd).transpose(1, 2)
         if hasattr(attn, "q_norm"):  # the qwen3 draft layer's per-head norms
             q, k = attn.q_norm(q), attn.k_norm(k)
         positions = torch.arange(T, device=ids.device)[None]
         cos, sin = self.layer.rotary_emb(hidden, positions)
-        q_cos, q_sin = self.layer.rotary_emb(hidden, positions + step)
-        q = apply_rotary_pos_emb(q.transpose(1, 2), q.transpose(1, 2), q_cos, q_sin)[0]
-        k = apply_rotary_pos_emb(k.transpose(1, 2), k.transpose(1, 2), cos, sin)[0]
+        if query is None:  # the training step's path: one rotation for both
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        else:  # the later step's queries sit `step` positions further on
+            k = apply_rotary_pos_emb(k, k, cos, sin)[0]
+            q = apply_rotary_pos_emb(q, q, *self.layer.rotary_emb(hidden, positions + query[2]))[0]
         return q @ k.transpose(-1, -2) * attn.scaling
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
