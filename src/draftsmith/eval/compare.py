@@ -1,6 +1,6 @@
 """Rank drafters measured on the same prompts: the paired difference in tau, its standard error and a verdict.
 
-    draftsmith compare REFERENCE.json OTHER.json [MORE.json ...] [--margin 0.05] [--json OUT]
+    draftsmith compare REFERENCE.json OTHER.json [MORE.json ...] [--margin 0.05] [--line 1.10] [--json OUT]
 
 Each report after the first is compared with the first. Two drafters decoding the same prompts meet the same
 easy and hard answers, so the prompt-to-prompt spread that dominates each tau's own standard error cancels in
@@ -14,6 +14,12 @@ prompt (delta method, each prompt one cluster of its turns' steps, as the report
 The verdict is "ahead" or "behind" when the difference is at least --sigmas (2) standard errors, else "not
 separated". "prompts for 5 %" is how many prompts of the same spread it would take for a difference of
 --margin (a fraction of the reference's tau) to be --sigmas paired standard errors.
+
+A goal stated as a ratio ("at least 1.10x the reference's tau") is tested with --line 1.10: the margin
+tau(B) - 1.10 tau(A), linearised per prompt as u_j^B - 1.10 u_j^A, its paired standard error, and whether B is
+"above" or "below" the line by --sigmas standard errors (else "not separated"), with how many prompts of the
+same spread would separate it. A ratio alone cannot say this: 1.12x on 30 prompts may not be 2 standard
+errors above 1.10x.
 
 The reports must have measured the same prompts with the same data, target and decoding settings (their tree
 and depth may differ); anything else is refused in one line.
@@ -54,6 +60,11 @@ class Paired:
     prompts_for_margin: int  # prompts for a `margin` difference to be `sigmas` paired standard errors
     margin: float
     sigmas: float
+    line: float = 1.0  # the ratio the margin below is taken against (--line)
+    over_line: float = 0.0  # tau_other - line * tau_reference
+    over_line_stderr: float = 0.0  # its paired standard error
+    line_verdict: str = "not separated"  # "above", "below" or "not separated"
+    prompts_for_line: int = 0  # prompts of the same spread for `over_line` to be `sigmas` standard errors
 
 
 def prompt_clusters(report: dict[str, Any], where: str) -> dict[str, tuple[float, int]]:
@@ -101,6 +112,7 @@ def pair(
     names: tuple[str, str] = ("reference", "other"),
     margin: float = 0.05,
     sigmas: float = 2.0,
+    line: float = 1.0,
 ) -> Paired:
     """The paired comparison of two reports measured alike on the same prompts (refused otherwise)."""
     differ = alike_difference(reference, other, ignore=("tree", "depth"))
@@ -122,8 +134,11 @@ def pair(
         raise UserError(f"a paired standard error needs at least 2 prompts; the reports measured {k}")
     tau_a, u_a = _linearised(a, ids)
     tau_b, u_b = _linearised(b, ids)
-    stderr = math.sqrt(k / (k - 1) * sum((y - x) ** 2 for x, y in zip(u_a, u_b, strict=True)))
-    difference = tau_b - tau_a
+    stderr, over_stderr = (
+        math.sqrt(k / (k - 1) * sum((y - r * x) ** 2 for x, y in zip(u_a, u_b, strict=True)))
+        for r in (1.0, line)
+    )
+    difference, over = tau_b - tau_a, tau_b - line * tau_a
     return Paired(
         reference=names[0],
         other=names[1],
@@ -134,17 +149,30 @@ def pair(
         ratio=tau_b / tau_a,
         prompts=k,
         answers=len(reference["per_prompt"]),
-        verdict=_verdict(difference, stderr, sigmas),
-        prompts_for_margin=max(2, math.ceil(k * (sigmas * stderr / (margin * tau_a)) ** 2)),
+        verdict=_verdict(difference, stderr, sigmas, ("ahead", "behind")),
+        prompts_for_margin=_prompts_for(margin * tau_a, stderr, k, sigmas),
         margin=margin,
         sigmas=sigmas,
+        line=line,
+        over_line=over,
+        over_line_stderr=over_stderr,
+        line_verdict=_verdict(over, over_stderr, sigmas, ("above", "below")),
+        prompts_for_line=_prompts_for(abs(over), over_stderr, k, sigmas),
     )
 
 
-def _verdict(difference: float, stderr: float, sigmas: float) -> str:
+def _verdict(difference: float, stderr: float, sigmas: float, words: tuple[str, str]) -> str:
     if abs(difference) >= sigmas * stderr and difference != 0:
-        return "ahead" if difference > 0 else "behind"
+        return words[0] if difference > 0 else words[1]
     return "not separated"
+
+
+def _prompts_for(difference: float, stderr: float, k: int, sigmas: float) -> int:
+    """Prompts of the same spread for `difference` to be `sigmas` paired standard errors (the error shrinks as
+    one over the root of the prompts); 0 when there is no difference to separate."""
+    if difference <= 0:
+        return 0
+    return max(2, math.ceil(k * (sigmas * stderr / difference) ** 2))
 
 
 def markdown(results: Sequence[Paired]) -> list[str]:
@@ -158,7 +186,9 @@ def markdown(results: Sequence[Paired]) -> list[str]:
         f"verdict ({sigmas:g} s.e.)",
         f"prompts for {margin:.0%} at {sigmas:g} s.e.",
     ]
-    rows = [(results[0].reference, fmt_value(results[0].tau_reference), "-", "-", "reference", "-")]
+    rows: list[tuple[str, ...]] = [
+        (results[0].reference, fmt_value(results[0].tau_reference), "-", "-", "reference", "-")
+    ]
     rows += [
         (
             r.other,
@@ -170,6 +200,19 @@ def markdown(results: Sequence[Paired]) -> list[str]:
         )
         for r in results
     ]
+    line = results[0].line
+    if line != 1.0:
+        header += [f"against {line:g}x the reference", f"verdict at {line:g}x", "prompts to separate"]
+        rows[0] += ("-", "-", "-")
+        rows[1:] = [
+            (
+                *row,
+                f"{r.over_line:+.3f} ± {r.over_line_stderr:.3f}",
+                r.line_verdict,
+                f"{r.prompts_for_line:,} (have {r.prompts})" if r.prompts_for_line else "-",
+            )
+            for row, r in zip(rows[1:], results, strict=True)
+        ]
     return table(header, rows)
 
 
@@ -182,6 +225,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--margin", type=float, default=0.05, help="the relative difference to size the set for (0.05)"
     )
     p.add_argument("--sigmas", type=float, default=2.0, help="standard errors that separate two drafters (2)")
+    p.add_argument(
+        "--line",
+        type=float,
+        default=1.0,
+        help="also test each drafter against this multiple of the reference's tau, e.g. 1.10 for a 1.10x goal",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the comparisons here as JSON")
     return p
 
@@ -194,9 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(
             f"--margin must be in (0, 1) and --sigmas above 0, got {args.margin} and {args.sigmas}"
         )
+    if not (math.isfinite(args.line) and args.line > 0):
+        raise UserError(f"--line must be a ratio above 0 such as 1.10, got {args.line}")
     reports = [(str(p), read_report(p)) for p in args.reports]  # one line for what is not a report
     (ref_name, ref), others = reports[0], reports[1:]
-    results = [pair(ref, rep, (ref_name, name), args.margin, args.sigmas) for name, rep in others]
+    results = [pair(ref, rep, (ref_name, name), args.margin, args.sigmas, args.line) for name, rep in others]
     print("\n".join(markdown(results)))
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")

@@ -51,6 +51,55 @@ def test_a_hand_computed_case():
     assert r.prompts_for_margin == 76 and pair(a, a).verdict == "not separated"
 
 
+def test_a_ratio_line_hand_computed():
+    """--line 1.1 on the hand-computed case: the margin tau_B - 1.1 tau_A, its error from u_B - 1.1 u_A."""
+    a = report([("p1", 0, 20, 10), ("p2", 0, 30, 20), ("p3", 0, 10, 10)])
+    b = report([("p1", 0, 20, 8), ("p2", 0, 30, 15), ("p3", 0, 10, 10)])
+    tau_b = 60 / 33
+    u_a = [5 / 40, 0.0, -5 / 40]
+    u_b = [(20 - 8 * tau_b) / 33, (30 - 15 * tau_b) / 33, (10 - 10 * tau_b) / 33]
+    se = (3 / 2 * sum((y - 1.1 * x) ** 2 for x, y in zip(u_a, u_b, strict=True))) ** 0.5
+    r = pair(a, b, line=1.1)
+    assert (r.over_line, r.over_line_stderr) == pytest.approx((tau_b - 1.65, se))
+    assert r.over_line == pytest.approx(0.16818, abs=1e-4) and se == pytest.approx(0.17233, abs=1e-4)
+    # 0.168 is 0.98 standard errors: not separated; 3 * (2 * 0.17233 / 0.16818)^2 = 12.6 -> 13 prompts
+    assert (r.line_verdict, r.prompts_for_line) == ("not separated", 13)
+    # the ordinary comparison is untouched, and the line at 1 is the difference itself
+    assert (r.difference, r.stderr, r.verdict) == (pair(a, b).difference, pair(a, b).stderr, "not separated")
+    one = pair(a, b)
+    assert (one.over_line, one.over_line_stderr) == pytest.approx((one.difference, one.stderr))
+
+
+def test_a_drafter_exactly_a_ratio_ahead_sits_on_that_line():
+    """B needs 5/6 of A's steps on every prompt: tau_B is exactly 1.2 tau_A and u_B = 1.2 u_A, so against the
+    1.2x line the margin and its error vanish, and against 1.1x the error is 0.1 of A's own."""
+    a = report([("p1", 0, 30, 12), ("p2", 0, 50, 24), ("p3", 0, 40, 36), ("p4", 0, 70, 30)])
+    b = report([("p1", 0, 30, 10), ("p2", 0, 50, 20), ("p3", 0, 40, 30), ("p4", 0, 70, 25)])
+    plain = report([("p1", 0, 30, 30), ("p2", 0, 50, 50), ("p3", 0, 40, 40), ("p4", 0, 70, 70)])
+    on = pair(a, b, line=1.2)
+    assert on.ratio == pytest.approx(1.2) and on.over_line == pytest.approx(0.0, abs=1e-12)
+    assert on.over_line_stderr == pytest.approx(0.0, abs=1e-12) and on.prompts_for_line == 0
+    below = pair(a, b, line=1.1)
+    assert below.over_line_stderr == pytest.approx(0.1 * pair(plain, a).stderr)
+    assert below.over_line == pytest.approx(0.1 * on.tau_reference) and below.line_verdict == "above"
+    assert pair(a, b, line=1.3).line_verdict == "below" and pair(b, a, line=1 / 1.2).line_verdict != "above"
+
+
+def test_the_line_is_a_column_of_the_table(tmp_path, capsys):
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    a = report([("p1", 0, 30, 12), ("p2", 0, 50, 24), ("p3", 0, 40, 36), ("p4", 0, 70, 30)])
+    b = report([("p1", 0, 30, 10), ("p2", 0, 50, 20), ("p3", 0, 40, 30), ("p4", 0, 70, 25)])
+    for path, rep in zip(paths, (a, b), strict=True):
+        path.write_text(json.dumps(rep))
+    assert main([*map(str, paths), "--line", "1.1"]) == 0
+    out = capsys.readouterr().out
+    r = pair(a, b, line=1.1)
+    assert "verdict at 1.1x" in out and f"| {r.over_line:+.3f} ± {r.over_line_stderr:.3f} | above |" in out
+    assert main(list(map(str, paths))) == 0 and "verdict at" not in capsys.readouterr().out
+    with pytest.raises(UserError, match="--line must be a ratio above 0"):
+        main([*map(str, paths), "--line", "0"])
+
+
 def test_against_plain_decoding_the_paired_error_is_the_reports_own():
     # B commits one token a step on every prompt (tau 1, no spread), so the difference's error is A's own.
     rng = random.Random(0)
