@@ -165,8 +165,9 @@ class Eagle3Parts(DrafterOnTarget):
         return draft_ids + self.d2t[draft_ids]
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
-        """fc over the concatenated target layers `[.., 3H] -> [.., H]`."""
-        return self.fc(features)
+        """fc over the concatenated target layers `[.., 3H] -> [.., H]`, in the draft's dtype (a bfloat16 target
+        or cache feeds a float32 draft when training runs without autocast)."""
+        return self.fc(features.to(self.fc.weight.dtype))
 
     def fused_layer(
         self,
