@@ -235,8 +235,9 @@ class DFlashDraft(DrafterOnTarget):
         return self.config.block_size
 
     def context(self, features: torch.Tensor) -> torch.Tensor:
-        """Fused context rows `[.., |T| H] -> [.., H]`."""
-        return self.hidden_norm(self.fc(features))
+        """Fused context rows `[.., |T| H] -> [.., H]`, in the draft's dtype (a bfloat16 target or cache feeds
+        a float32 draft trained without autocast)."""
+        return self.hidden_norm(self.fc(features.to(self.fc.weight.dtype)))
 
     def run(
         self,
@@ -267,7 +268,7 @@ class DFlashDraft(DrafterOnTarget):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the target's vocabulary `[.., V]` through the frozen target head."""
-        return self._parts().lm_head(self.norm(hidden))
+        return self.target_logits(self.norm(hidden))
 
     def blocks(
         self, input_ids: torch.Tensor, anchors: torch.Tensor, keep: torch.Tensor

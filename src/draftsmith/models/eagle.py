@@ -292,8 +292,10 @@ class Eagle1Draft(_EagleBase):
         Without `attention_mask` the columns attend causally among themselves (training); with a cache,
         pass the positions and the 4D mask of the new columns.
         """
-        emb = self._parts().embed_tokens(next_ids).to(features.dtype)
-        x = self.fc(torch.cat([emb, features], dim=-1))
+        # In the draft's dtype: a bfloat16 target or cache feeds a float32 draft trained without autocast.
+        dtype = self.fc.weight.dtype
+        emb = self._parts().embed_tokens(next_ids).to(dtype)
+        x = self.fc(torch.cat([emb, features.to(dtype)], dim=-1))
         T = x.shape[1]
         if position_ids is None:
             position_ids = torch.arange(T, device=x.device)[None]
@@ -303,7 +305,7 @@ class Eagle1Draft(_EagleBase):
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Target-vocabulary logits of predicted features, through the frozen target LM head."""
-        return self._parts().lm_head(predicted)
+        return self.target_logits(predicted)
 
     def input_noise(self, features: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """EAGLE-1's uniform noise on the INPUT features: (U[0,1) - 0.5) * std * 512 / T (T = sequence length,

@@ -107,16 +107,21 @@ class MedusaHeads(nn.Module):
         `[K, B, T, H]` (training applies the vocabulary projections one sequence chunk at a time)."""
         if not project:
             return torch.stack([self.trunk(hidden, k) for k in range(len(self.heads))])
-        return torch.stack([head(hidden) for head in self.heads])
+        return torch.stack([head(self._own(hidden)) for head in self.heads])
+
+    def _own(self, hidden: torch.Tensor) -> torch.Tensor:
+        """`hidden` in the heads' dtype: a bfloat16 target or cache feeds float32 heads trained without autocast."""
+        head: Any = self.heads[0]
+        return hidden.to(head[-1].weight.dtype)
 
     def head_logits(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
         """Logits of head `k` (0-based) only: `[..., H] -> [..., V]`."""
-        return self.heads[k](hidden)
+        return self.heads[k](self._own(hidden))
 
     def trunk(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
         """Head `k`'s (0-based) ResBlocks: `[..., H] -> [..., H]`, what its vocabulary projection reads."""
         head: Any = self.heads[k]  # an nn.Sequential: ResBlocks then the Linear
-        return head[:-1](hidden)
+        return head[:-1](self._own(hidden))
 
     def project(self, trunk: torch.Tensor, k: int) -> torch.Tensor:
         """Head `k`'s (0-based) vocabulary projection of its `trunk` output: `[..., H] -> [..., V]`."""

@@ -157,7 +157,7 @@ class MTPDraft(DrafterOnTarget):
     def logits(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
         """Module k's (1-based) logits over the target vocabulary from its output `[.., H]`."""
         module: Any = self.layers[k - 1]
-        return self._parts().lm_head(module.shared_head_norm(hidden))
+        return self.target_logits(module.shared_head_norm(hidden))
 
     def forward(
         self, features: torch.Tensor, input_ids: torch.Tensor, project: bool = True
@@ -168,9 +168,12 @@ class MTPDraft(DrafterOnTarget):
         B, T = input_ids.shape
         mask = causal_mask(T, features.device)
         positions = torch.arange(T, device=features.device)[None].expand(B, T)
-        hidden, out = features, []
+        # In the draft's dtype: a bfloat16 target or cache feeds a float32 draft trained without autocast.
+        first: Any = self.layers[0]
+        dtype = first.eh_proj.weight.dtype
+        hidden, out = features.to(dtype), []
         for k in range(1, self.config.num_modules + 1):
-            embeds = self._parts().embed_tokens(shift_tokens(input_ids, k)).to(features.dtype)
+            embeds = self._parts().embed_tokens(shift_tokens(input_ids, k)).to(dtype)
             hidden = self.layers[k - 1](hidden, embeds, positions, mask)
             out.append(self.logits(k, hidden) if project else hidden)
         return out

@@ -63,6 +63,13 @@ class DrafterOnTarget(nn.Module):
             raise RuntimeError("attach_target(embed_tokens, lm_head) must be called before the forward")
         return self.frozen
 
+    def target_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The frozen target LM head on the drafter's `hidden [.., H]`, read in the head's dtype: a float32
+        drafter trained without autocast feeds a bfloat16 target's head."""
+        head = self._parts().lm_head
+        weight = getattr(head, "weight", None)
+        return head(hidden if weight is None else hidden.to(weight.dtype))
+
     def extra_checkpoint_config(self) -> dict[str, Any]:
         return {"target_config": self.target_config.to_dict()}
 

@@ -274,7 +274,8 @@ class PEagleDraft(Eagle3Parts):
         root = depths == 0
         rows = torch.arange(features.shape[0], device=features.device)[:, None]
         g = features[rows, anchors]  # [B, N, 3H]
-        hidden = torch.where(root[..., None], self.project(g), self.mask_state().to(g.dtype))
+        projected = self.project(g)  # in the draft's dtype, whatever the features'
+        hidden = torch.where(root[..., None], projected, self.mask_state().to(projected.dtype))
         tokens = shift_left(input_ids)[rows, anchors]
         emb = self.embed(tokens, ~root, hidden.dtype)
         return self.run(hidden, emb, anchors + depths, item_mask(anchors, depths, valid))
