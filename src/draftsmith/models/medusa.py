@@ -105,9 +105,10 @@ class MedusaHeads(nn.Module):
     def forward(self, hidden: torch.Tensor, project: bool = True) -> torch.Tensor:
         """`hidden [B, T, H]` -> logits `[K, B, T, V]`, or with `project=False` every head's trunk output
         `[K, B, T, H]` (training applies the vocabulary projections one sequence chunk at a time)."""
+        hidden = self._own(hidden)  # once, not once per head
         if not project:
             return torch.stack([self.trunk(hidden, k) for k in range(len(self.heads))])
-        return torch.stack([head(self._own(hidden)) for head in self.heads])
+        return torch.stack([head(hidden) for head in self.heads])
 
     def _own(self, hidden: torch.Tensor) -> torch.Tensor:
         """`hidden` in the heads' dtype: a bfloat16 target or cache feeds float32 heads trained without autocast."""
