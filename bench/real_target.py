@@ -361,7 +361,7 @@ def main() -> int:
         return 0
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED}: the shared data folder is missing (this benchmark reads its prompts)")
-    from draftsmith.scripts.quickstart import resolve_target
+    from draftsmith.scripts.pipeline_target import resolve_target
 
     t0 = time.perf_counter()
     target, _ = resolve_target(args.target)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from draftsmith.scripts import quickstart
+from draftsmith.runtime.errors import UserError
+from draftsmith.scripts import pipeline, pipeline_compare, pipeline_plan, quickstart
 
 
 @pytest.fixture(autouse=True)
@@ -27,8 +28,8 @@ def fresh_accelerator_state():
 
 @pytest.fixture
 def tiny_budget(monkeypatch):
-    budget = quickstart.Budget(prompts=12, answer_tokens=24, epochs=1.0, eval_prompts=2, eval_tokens=16)
-    monkeypatch.setitem(quickstart.BUDGETS, "short", budget)
+    budget = pipeline_plan.Budget(prompts=12, answer_tokens=24, epochs=1.0, eval_prompts=2, eval_tokens=16)
+    monkeypatch.setitem(pipeline_plan.BUDGETS, "short", budget)
     return budget
 
 
@@ -63,12 +64,25 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
         == len(answers) + (meta["counts"]["failed"])
     )
     assert meta["sampling"]["temperature"] == 0 and meta["data"]["source"] == "stdlib:train"
-    dtype = quickstart.pipeline_dtype("auto")
-    assert meta["dtype"] == dtype and f"answers, cache and training in {dtype} (--dtype auto)" in printed
+    dtype = pipeline.pipeline_dtype("auto")
+    assert meta["dtype"] == dtype and f"answers, features and training in {dtype} (--dtype auto)" in printed
     # The cache and the run are named by the answer count and the answers file's content.
     tag = hashlib.sha256((out / "data" / "answers.jsonl").read_bytes()).hexdigest()[:10]
     cache, run = out / f"cache-12-{tag}", next(out.glob(f"eagle3-12-{tag}-*"))
-    assert sorted(p.name for p in out.iterdir()) == sorted(["data", cache.name, run.name])
+    listed = sorted(p.name for p in out.iterdir())
+    assert listed == sorted(["data", cache.name, run.name, "export-vllm", "summary.json"])
+    # The closing table and summary.json: every stage, its tokens as the stage's own files count them.
+    summary = json.loads((out / "summary.json").read_text())
+    by_stage = {s["name"]: s for s in summary["stages"]}
+    assert list(by_stage) == ["answers", "features", "training", "evaluation", "export"]
+    assert all(s["outcome"] == "done" for s in by_stage.values())
+    assert by_stage["answers"]["tokens"] == meta["counts"]["completion_tokens"] > 0
+    index = json.loads((cache / "index.json").read_text())
+    assert by_stage["features"]["tokens"] == sum(s["tokens"] for s in index["splits"].values())
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert by_stage["training"]["tokens"] == int(sum(r.get("perf/tokens", 0) for r in logged)) > 0
+    assert "| stage | seconds | tokens | tokens/s | outcome |" in printed
+    assert (out / "export-vllm" / "config.json").is_file()
     config = json.loads((run / "final" / "config.json").read_text())
     training = config["training"]
     # the recipe's copy head, built and kept by its attention loss (docs/BENCHMARKS.md: 1.036x on MT-bench)
@@ -132,9 +146,9 @@ def test_the_long_budget_trains_on_greedy_and_sampled_answers_with_top1_labels(
     """The long budget's data: the greedy answers and, in a file of their own, answers sampled from the same
     prompts with the budget's settings; the drafter trains on both with the target's greedy token as every
     position's label (a sampled answer's next token is not it), by the scale recipe."""
-    long = quickstart.BUDGETS["long"]
+    long = pipeline_plan.BUDGETS["long"]
     tiny = dataclasses.replace(long, prompts=6, answer_tokens=24, epochs=1.0, eval_prompts=1, eval_tokens=8)
-    monkeypatch.setitem(quickstart.BUDGETS, "long", tiny)
+    monkeypatch.setitem(pipeline_plan.BUDGETS, "long", tiny)
     out = tmp_path / "qs"
     args = ["--target", str(tiny_toy_target), "--budget", "long", "--output-dir", str(out), "--no-progress"]
     args += ["--serving-depth", "evaluator"]
@@ -144,8 +158,10 @@ def test_the_long_budget_trains_on_greedy_and_sampled_answers_with_top1_labels(
     greedy, sampled = out / "data" / "answers.jsonl", out / "data" / "answers-sampled-1.jsonl"
     metas = [json.loads(Path(f"{p}.meta.json").read_text()) for p in (greedy, sampled)]
     assert metas[0]["sampling"]["temperature"] == 0
-    assert metas[1]["sampling"]["temperature"] == quickstart.SAMPLING["temperature"] == 0.8
-    assert metas[1]["sampling"]["top_p"] == quickstart.SAMPLING["top_p"] and metas[1]["sampling"]["seed"] == 1
+    assert metas[1]["sampling"]["temperature"] == pipeline_plan.SAMPLING["temperature"] == 0.8
+    assert (
+        metas[1]["sampling"]["top_p"] == pipeline_plan.SAMPLING["top_p"] and metas[1]["sampling"]["seed"] == 1
+    )
     assert [m["counts"]["written"] + m["counts"]["failed"] for m in metas] == [6, 6]
     # the sampled answers are the target's too, but not its greedy ones
     assert greedy.read_text() != sampled.read_text()
@@ -163,9 +179,11 @@ def test_the_cache_and_the_run_are_named_by_the_answers_content(tmp_path):
     """Same answers, same directories (a killed quickstart resumes in them); answers edited in place or extended
     by more --prompts, other directories (a fresh cache and drafter, never the old ones)."""
     out = tmp_path / "qs"
-    budget = quickstart.BUDGETS["short"]
-    plan = quickstart.Plan(tmp_path / "t", quickstart.TOY_DATA, "float32", budget, out, [], progress=False)
-    with pytest.raises(quickstart.UserError, match="the answers stage .2/5. has not written it"):
+    budget = pipeline_plan.BUDGETS["short"]
+    plan = pipeline_plan.Plan(
+        tmp_path / "t", pipeline_plan.TOY_DATA, "float32", budget, out, [], progress=False
+    )
+    with pytest.raises(UserError, match="the answers stage .2/6. has not written it"):
         _ = plan.cache
     plan.answers.parent.mkdir(parents=True)
     plan.answers.write_bytes(b'{"messages": []}\n')
@@ -192,9 +210,9 @@ def test_the_run_is_named_by_its_training_settings_too(tmp_path):
     """Other training settings on the same answers (a recipe a newer draftsmith changed, other overrides, epochs
     or precision) train a new drafter in a run directory of their own, beside the same cache; the same settings
     name the same run, so a killed quickstart resumes in it."""
-    budget = quickstart.BUDGETS["short"]
-    plan = quickstart.Plan(
-        tmp_path / "t", quickstart.TOY_DATA, "float32", budget, tmp_path, [], progress=False
+    budget = pipeline_plan.BUDGETS["short"]
+    plan = pipeline_plan.Plan(
+        tmp_path / "t", pipeline_plan.TOY_DATA, "float32", budget, tmp_path, [], progress=False
     )
     plan.answers.parent.mkdir(parents=True)
     plan.answers.write_bytes(b'{"messages": []}\n')
@@ -213,7 +231,7 @@ def test_the_run_is_named_by_its_training_settings_too(tmp_path):
     edited.parent.mkdir(parents=True)
     edited.write_bytes(Path(plan.recipe).read_bytes() + b"# changed\n")
 
-    class EditedRecipe(quickstart.Plan):
+    class EditedRecipe(pipeline_plan.Plan):
         @property
         def recipe(self) -> str:
             return str(edited)
@@ -225,7 +243,7 @@ def test_the_run_is_named_by_its_training_settings_too(tmp_path):
 def test_bad_counts_are_refused_before_any_work(tmp_path, capsys):
     with pytest.raises(SystemExit):
         quickstart.main(["--prompts", "0", "--output-dir", str(tmp_path / "qs")])
-    assert "--prompts and --eval-prompts must be >= 1" in capsys.readouterr().err
+    assert "--prompts, --answer-tokens and --eval-prompts must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "qs").exists()
 
 
@@ -250,11 +268,11 @@ def test_without_the_model_package_the_quickstart_names_the_install_command(tmp_
 
 
 def test_dtype_auto_is_bfloat16_only_where_it_is_native(monkeypatch):
-    monkeypatch.setattr(quickstart, "native_bfloat16", lambda device: True)
-    assert quickstart.pipeline_dtype("auto") == "bfloat16"
-    monkeypatch.setattr(quickstart, "native_bfloat16", lambda device: False)
-    assert quickstart.pipeline_dtype("auto") == "float32"
-    assert quickstart.pipeline_dtype("bfloat16") == "bfloat16"  # asked for: used even where emulated
+    monkeypatch.setattr(pipeline, "native_bfloat16", lambda device: True)
+    assert pipeline.pipeline_dtype("auto") == "bfloat16"
+    monkeypatch.setattr(pipeline, "native_bfloat16", lambda device: False)
+    assert pipeline.pipeline_dtype("auto") == "float32"
+    assert pipeline.pipeline_dtype("bfloat16") == "bfloat16"  # asked for: used even where emulated
 
 
 def test_a_row_without_plain_decoding_is_measured_against_the_first_rows():
@@ -270,7 +288,7 @@ def test_a_row_without_plain_decoding_is_measured_against_the_first_rows():
         for item, tokens in greedy.items()
     ]
     same = [TurnResult(item, 0, 5, Generation(tokens, [step], wall_s=0.5)) for item, tokens in greedy.items()]
-    measured = quickstart.against_plain(same, plain)
+    measured = pipeline_compare.against_plain(same, plain)
     assert measured == {"speedup": summarize(same)["tokens_per_s"] / (6 / 3.0), "lossless": True}
     other = [same[0], TurnResult("b", 0, 5, Generation([5, 7], [step], wall_s=0.5))]
-    assert quickstart.against_plain(other, plain)["lossless"] is False
+    assert pipeline_compare.against_plain(other, plain)["lossless"] is False

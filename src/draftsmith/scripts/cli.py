@@ -27,7 +27,10 @@
     draftsmith engine-eval --engine vllm --target DIR --drafter CKPT|ngram --data FILE
                                                          the engine measures the same drafter on the same
                                                          prompts: its tau and tokens/s next to draftsmith's
-    draftsmith quickstart [--budget short|long]          SmolLM2 -> its answers -> EAGLE-3 -> eval vs ngram
+    draftsmith pipeline --target DIR --data SRC --heldout SRC [--answers local|vllm|URL] [--time-budget MIN]
+                                                         the target's answers -> features -> EAGLE-3 -> eval
+                                                         beside ngram -> export, on the device present
+    draftsmith quickstart [--budget short|long]          the pipeline's SmolLM2-135M-Instruct preset
 
 Each subcommand has its own `--help`.
 """
@@ -156,6 +159,12 @@ def _engine_eval(argv: Sequence[str]) -> int:
     return engine_eval_main(list(argv))
 
 
+def _pipeline(argv: Sequence[str]) -> int:
+    from draftsmith.scripts.pipeline import main as pipeline_main
+
+    return pipeline_main(list(argv))
+
+
 def _quickstart(argv: Sequence[str]) -> int:
     from draftsmith.scripts.quickstart import main as quickstart_main
 
@@ -185,6 +194,10 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "engine-eval": (
         _engine_eval,
         "measure a drafter in vLLM and in draftsmith's evaluator, side by side (tau within 3%?)",
+    ),
+    "pipeline": (
+        _pipeline,
+        "a target and prompts in; its answers, features, EAGLE-3, evaluation beside ngram and export out",
     ),
     "quickstart": (
         _quickstart,

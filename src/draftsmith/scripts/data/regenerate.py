@@ -106,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         "2.1x as fast locally and 2.5x through --serve, with greedy answers that part from float32's at "
         "near-ties (docs/BENCHMARKS.md)",
     )
+    p.add_argument(
+        "--compile",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="local: generate with transformers' static KV cache and torch.compile (CUDA graphs on a GPU); auto "
+        "(default): on a GPU only, since on a CPU the compiled step was no faster (docs/BENCHMARKS.md)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import GenerationConfig, LogitsProcessorList
+from transformers import CompileConfig, GenerationConfig, LogitsProcessorList, StaticCache
 
 from draftsmith.data.chat_render import render_prompt
 from draftsmith.data.conversations import Conversation, prompt_turns, read_conversations, with_answers
@@ -41,6 +41,9 @@ from .regenerate_settings import RegenerateArgs
 
 COUNT_KEYS = ("answers", "truncated", "completion_tokens")
 SORT_WINDOW = 16  # batches per length-sorted window
+# A compiled run's static cache is as long as the batch's prompt plus its answers, rounded up to a multiple of
+# this: every distinct length is a graph of its own to compile, and a batch's widest prompt varies.
+STATIC_CACHE_STEP = 256
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Generator:
     stop_ids: set[int]
     max_positions: int
     sampling: Sampling
+    compiled: bool = False  # generate with a static cache and torch.compile (`--compile`)
 
 
 @dataclass
@@ -136,7 +140,15 @@ def generator_for(target: FrozenTarget, settings: RegenerateArgs) -> Generator:
             "eos_token_id): answers would never end; set one in the target's generation_config.json"
         )
     max_positions = int(getattr(target.model.config, "max_position_embeddings", 1 << 30))
-    return Generator(target.model, target.tokenizer, stop_ids, max_positions, settings.sampling)
+    compiled = compile_answers(settings.compile, target.model.device)
+    return Generator(target.model, target.tokenizer, stop_ids, max_positions, settings.sampling, compiled)
+
+
+def compile_answers(choice: str, device: torch.device) -> bool:
+    """Whether `--compile` (auto, on, off) generates with a static cache and torch.compile: auto compiles on a
+    GPU only, where CUDA graphs take the launch cost of each small decoding step away; on a CPU the compiled
+    step was no faster (docs/BENCHMARKS.md, "Compiled or not, stage by stage")."""
+    return choice == "on" or (choice == "auto" and device.type == "cuda")
 
 
 def unanswerable(conv: Conversation, prompts: list[list[dict[str, Any]]]) -> str | None:
@@ -182,7 +194,12 @@ def answer_turn(
         return
     with torch.no_grad():
         new = generate_batch(
-            generator.model, generator.tokenizer, ids, generator.sampling, generator.stop_ids
+            generator.model,
+            generator.tokenizer,
+            ids,
+            generator.sampling,
+            generator.stop_ids,
+            compiled=generator.compiled,
         )
     for state, (tokens, stopped) in zip(live, new, strict=True):
         state.answers.append(generator.tokenizer.decode(tokens, skip_special_tokens=True).strip())
@@ -191,10 +208,16 @@ def answer_turn(
 
 
 def generate_batch(
-    model: Any, tokenizer: Any, prompts: list[list[int]], sampling: Sampling, stop_ids: set[int]
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    stop_ids: set[int],
+    compiled: bool = False,
 ) -> list[tuple[list[int], bool]]:
     """New token ids for each prompt (the stop token and what follows cut off), left-padded in one batch, and
-    whether a stop token ended it (False: cut at max_new_tokens)."""
+    whether a stop token ended it (False: cut at max_new_tokens). `compiled`: with transformers' static cache
+    and its torch.compile of the decoding step (`compiled_cache`)."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
     ids, mask = left_pad(prompts, pad, model.device)
     width = ids.shape[1]
@@ -203,8 +226,10 @@ def generate_batch(
         if sampling.temperature == 0
         else [DrawnToken(sampling.temperature, sampling.top_p, sampling.top_k)]
     )
+    room = width + sampling.max_new_tokens
+    cache = compiled_cache(model, room) if compiled else answer_cache(model, room)
     out = model.generate(  # greedy steps: a sampled run's DrawnToken leaves its draw the only finite score
-        **answer_cache(model, width + sampling.max_new_tokens),
+        **cache,
         input_ids=ids,
         attention_mask=mask,
         max_new_tokens=sampling.max_new_tokens,
@@ -228,6 +253,21 @@ def answer_cache(model: Any, room: int) -> dict[str, Any]:
     if own is not None and not own():
         return {}
     return with_cache(model, growing_cache(model.config, room))
+
+
+def compiled_cache(model: Any, room: int) -> dict[str, Any]:
+    """`generate`'s keywords for a compiled batch: transformers' `StaticCache` (fixed shapes, so the decoding
+    step compiles once per cache length) and a `CompileConfig`, which `generate` reads to compile the model's
+    forward: on a GPU in mode reduce-overhead (CUDA graphs), elsewhere in the default mode, which transformers
+    applies off a GPU only when asked (`_compile_all_devices`)."""
+    length = -(-room // STATIC_CACHE_STEP) * STATIC_CACHE_STEP
+    on_gpu = model.device.type == "cuda"
+    config = CompileConfig(mode="reduce-overhead" if on_gpu else "default")
+    setattr(config, "_compile_all_devices", not on_gpu)  # noqa: B010 - transformers' switch for off a GPU
+    return {
+        **with_cache(model, StaticCache(config=model.config, max_cache_len=length)),
+        "compile_config": config,
+    }
 
 
 def write_batch(

@@ -38,6 +38,7 @@ class RegenerateArgs:
     trust_remote_code: bool
     device: str | None
     dtype: Literal["auto", "float32", "bfloat16", "float16"]
+    compile: Literal["auto", "on", "off"]
     no_progress: bool
 
     @classmethod

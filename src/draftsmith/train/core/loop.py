@@ -319,6 +319,7 @@ def _train_record(
 ) -> dict[str, float]:
     """The reduced train metrics of the window, with throughput."""
     record = with_derived(run.method, window.reduce(run.accelerator, "train"), "train")
+    record["perf/tokens"] = tokens  # read in the window: summed over records, the tokens a run trained on
     record["perf/tokens_per_s"] = tokens / max(elapsed, 1e-9)
     record["perf/step_s"] = elapsed / max(window.steps, 1)  # wall time per optimizer step
     record["train/epoch"] = step / run.schedule.steps_per_epoch

@@ -1,5 +1,5 @@
-"""What a quickstart run does and where it writes: the budgets, and the plan of one run (scripts/quickstart.py
-runs it)."""
+"""What a pipeline run does and where it writes: the budgets, and the plan of one run (scripts/pipeline.py runs
+it; `draftsmith quickstart` is its SmolLM2 preset)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from draftsmith.runtime.files import sha256_file
 
 @dataclass(frozen=True)
 class Budget:
-    """How much the quickstart regenerates, trains and evaluates."""
+    """How much the pipeline regenerates, trains and evaluates."""
 
     prompts: int  # training prompts answered by the target
     answer_tokens: int  # max new tokens per training answer
@@ -57,7 +57,7 @@ CHAT_DATA = {"train": "prompts:train", "heldout": "prompts:heldout"}
 
 @dataclass(frozen=True)
 class Plan:
-    """One quickstart run: its target, data, precision, budget and where each stage writes."""
+    """One pipeline run: its target, data, precision, budget, where each stage gets its inputs and writes."""
 
     target: Path
     data: dict[str, str]  # "train" and "heldout" data sources
@@ -66,7 +66,11 @@ class Plan:
     out: Path
     overrides: list[str]  # recipe overrides from the command line
     progress: bool
-    serving: str = "auto"  # whose costs choose the serving depth (scripts/quickstart_serving.py)
+    serving: str = "auto"  # whose costs choose the serving depth (scripts/pipeline_serving.py)
+    answers_from: str = "local"  # local (transformers' generate), vllm (--serve vllm) or a server's URL
+    features: str = "cache"  # cache (the target's features stored once) or online (computed at every step)
+    compile: str = "auto"  # torch.compile of the answers (`data regenerate --compile`)
+    export: tuple[str, ...] = ("vllm",)  # engine layouts written from the trained drafter
 
     @property
     def answers(self) -> Path:
@@ -78,9 +82,15 @@ class Plan:
         return self.out / "data" / f"answers-sampled-{seed}.jsonl"
 
     @property
-    def answer_files(self) -> list[Path]:
-        """Every answers file the drafter trains on: the greedy one, then the sampled ones."""
+    def planned_answer_files(self) -> list[Path]:
+        """Every answers file the answers stage writes: the greedy one, then the sampled ones."""
         return [self.answers] + [self.sampled_answers(s) for s in range(1, self.budget.sampled + 1)]
+
+    @property
+    def answer_files(self) -> list[Path]:
+        """The answers files the drafter trains on: the greedy one, then the sampled ones written (a stage
+        stopped at its deadline may have begun none of them)."""
+        return [self.answers] + [p for p in self.planned_answer_files[1:] if p.is_file()]
 
     # A cache and a run per answers content (named by the answer count and the files' sha256): a later run
     # with more --prompts extends the answers files and an answers file edited in place has other bytes, and
@@ -102,6 +112,7 @@ class Plan:
         bytes, the epochs, the precision and the command line's overrides."""
         recipe = Path(self.recipe).read_bytes()
         settings = [f"epochs={self.budget.epochs!r}", f"dtype={self.dtype}", *self.overrides]
+        settings += [] if self.features == "cache" else [f"features={self.features}"]  # cached: as before
         return hashlib.sha256(recipe + "\n".join(settings).encode()).hexdigest()[:6]
 
     @property
@@ -109,7 +120,7 @@ class Plan:
         """The first 10 hex digits of the answers file's sha256 (of several files: of their sha256s, in order)."""
         missing = [p for p in self.answer_files if not p.is_file()]
         if missing:
-            raise UserError(f"{missing[0]} does not exist: the answers stage (2/5) has not written it")
+            raise UserError(f"{missing[0]} does not exist: the answers stage (2/6) has not written it")
         digests = [sha256_file(p) for p in self.answer_files]
         tag = digests[0] if len(digests) == 1 else hashlib.sha256("\n".join(digests).encode()).hexdigest()
         return tag[:10]
@@ -120,6 +131,7 @@ class Plan:
 
     @property
     def common(self) -> list[str]:
-        """The settings the cache and training share: the target, the answers and the cache."""
+        """The settings the cache and training share: the target, the answers and (features cached) the cache."""
         train = ",".join(str(p) for p in self.answer_files)
-        return [f"target.path={self.target}", f"data.train=[{train}]", f"data.cache={self.cache}"]
+        cache = [f"data.cache={self.cache}"] if self.features == "cache" else []
+        return [f"target.path={self.target}", f"data.train=[{train}]", *cache]
