@@ -7,7 +7,10 @@ with `--compile on` (transformers' static cache, its forward through torch.compi
 
 The first `--batches` x `--batch-size` built-in `prompts:train` prompts, greedy. The first batch of each
 variant is timed on its own (the compiled one pays its compilation there); tokens/s is over the later batches.
-Both variants' answers are compared token for token.
+Both variants' answers are compared token for token. Then the cache stage's work on the same texts: the
+target's forward over each prompt + answer (batches of --prefill-batch, right-padded, every hidden state out),
+eager and through `torch.compile(dynamic=True)`, tokens/s after the first batch, and the largest difference of
+the final hidden state.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ def main() -> int:
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-new-tokens", type=int, default=192)
+    p.add_argument("--prefill-batch", type=int, default=8)
     args = p.parse_args()
 
     from draftsmith.data.chat_render import render_prompt
@@ -59,7 +63,37 @@ def main() -> int:
     first, second = answers.values()
     same = sum(a == b for a, b in zip(first, second, strict=True))
     print(f"identical answers: {same} of {len(first)} ({args.dtype}, {torch.get_num_threads()} threads)")
+    texts = [p + a for p, a in zip(prompts, first, strict=True)]
+    print("\n".join(prefill_table(target.model, texts, args.prefill_batch)))
     return 0
+
+
+def prefill_table(model: torch.nn.Module, texts: list[list[int]], batch: int) -> list[str]:
+    """The cache stage's forward (every hidden state) over `texts`, eager and compiled: tokens/s after the first
+    batch, and the largest difference of the last hidden state between the two."""
+    from draftsmith.runtime.display import table
+
+    batches = [texts[k : k + batch] for k in range(0, len(texts), batch)]
+    compiled = torch.compile(model, dynamic=True)
+    rows, last = [], {}
+    for name, forward in (("eager", model), ("torch.compile(dynamic=True)", compiled)):
+        times, tokens, outs = [], [], []
+        for rows_ in batches:
+            width = max(len(r) for r in rows_)
+            ids = torch.tensor([r + [0] * (width - len(r)) for r in rows_])
+            mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows_])
+            start = time.perf_counter()
+            with torch.no_grad():
+                out = forward(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+            times.append(time.perf_counter() - start)
+            tokens.append(int(mask.sum()))
+            outs.append(out.hidden_states[-1][mask.bool()].float())
+        last[name] = torch.cat(outs)
+        rate = sum(tokens[1:]) / sum(times[1:])
+        rows.append((name, f"{times[0]:.1f}", f"{rate:.0f}"))
+    diff = (last["eager"] - last["torch.compile(dynamic=True)"]).abs().max().item()
+    lines = table(["cache stage forward", "first batch s", "later tok/s"], rows)
+    return [*lines, f"largest difference of the last hidden state: {diff:.2e}"]
 
 
 if __name__ == "__main__":

@@ -40,9 +40,9 @@ def requested_engine() -> str | None:
 
 
 def make_accelerator(
-    mixed_precision: str, grad_accum: int, log_with: str | None, output_dir: Path
+    mixed_precision: str, grad_accum: int, log_with: str | None, output_dir: Path, compile: bool = False
 ) -> Accelerator:
-    """The run's Accelerator.
+    """The run's Accelerator (with `compile`, accelerate's TorchDynamo backend: `prepare` compiles the model).
 
     Without a GPU it is told `cpu=True`: that is what makes accelerate join a torchrun / `accelerate launch`
     process group over gloo instead of running every rank as rank 0. `grad_accum` is given to accelerate
@@ -66,6 +66,7 @@ def make_accelerator(
         gradient_accumulation_steps=grad_accum,
         log_with=log_with,
         project_dir=str(output_dir),
+        dynamo_backend="inductor" if compile else None,
     )
 
 

@@ -57,7 +57,11 @@ def train_main(recipe: Recipe[ConfigT], argv: Sequence[str] | None) -> int:
     cfg, args = parse_args(recipe.config, parser, resume_before_overrides(argv))
     output_dir = Path(cfg.output_dir)
     accelerator = make_accelerator(
-        cfg.train.mixed_precision, cfg.train.grad_accum, "wandb" if cfg.log.wandb else None, output_dir
+        cfg.train.mixed_precision,
+        cfg.train.grad_accum,
+        "wandb" if cfg.log.wandb else None,
+        output_dir,
+        compile=cfg.train.compile,
     )
     set_seed(cfg.seed)
     # One writer per run directory: a second training (or a --resume while this one runs) is refused.

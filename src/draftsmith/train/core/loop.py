@@ -322,5 +322,7 @@ def _train_record(
     record["perf/tokens"] = tokens  # read in the window: summed over records, the tokens a run trained on
     record["perf/tokens_per_s"] = tokens / max(elapsed, 1e-9)
     record["perf/step_s"] = elapsed / max(window.steps, 1)  # wall time per optimizer step
+    if torch.cuda.is_available():  # the most GPU memory this process has held so far
+        record["perf/peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
     record["train/epoch"] = step / run.schedule.steps_per_epoch
     return record

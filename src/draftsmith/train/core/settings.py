@@ -27,6 +27,13 @@ class TrainConfig:
     mixed_precision: Literal["no", "bf16", "fp16"] = field(
         default="no", metadata={"help": "Autocast precision for forward passes; 'no' = float32."}
     )
+    compile: bool = field(
+        default=False,
+        metadata={
+            "help": "torch.compile the drafter's forward (accelerate's dynamo backend, inductor); on a CPU it "
+            'was no faster (docs/BENCHMARKS.md, "Compiled or not, stage by stage").'
+        },
+    )
     shuffle: bool = field(default=True, metadata={"help": "Reshuffle the training set every epoch."})
     group_by_length: bool = field(
         default=False,
