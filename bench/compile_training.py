@@ -29,6 +29,8 @@ def main() -> int:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = p.parse_args()
 
+    from accelerate.state import AcceleratorState
+
     from draftsmith.runtime.display import table
     from draftsmith.scripts.data import regenerate
     from draftsmith.train import eagle
@@ -49,6 +51,8 @@ def main() -> int:
     rows = []
     precision = "bf16" if args.dtype == "bfloat16" else "no"
     for compiled in (False, True):
+        # accelerate keeps one state per process, dynamo backend included: each run starts from none
+        AcceleratorState._reset_state(reset_partial_state=True)
         out = args.work / f"run-compile-{compiled}"
         settings = [
             f"output_dir={out}",

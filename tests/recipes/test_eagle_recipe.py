@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from _run import assert_runs_match, run_recipe
 
 from draftsmith.eval.acceptance import EvalArgs, evaluate
@@ -49,3 +50,15 @@ def test_eagle3_learns_and_decodes_losslessly(tiny_toy_target, tmp_path):
             )
         )
         assert report["lossless"] is True and report["tau"] > 1.0
+
+
+@pytest.mark.slow  # inductor compiles the draft layer: about a minute on 2 cores
+def test_a_compiled_run_matches_the_eager_one(tiny_toy_target, tmp_path):
+    """`train.compile=true` (accelerate's inductor backend) trains the same drafter: the same per-step losses
+    and final weights within float32 rounding of fused kernels, and final/ saved without compile's wrappers."""
+    common = ["train.max_steps=6", "checkpoint.every=0", "train.micro_batch_size=2", "eval.every=0"]
+    run_recipe(tiny_toy_target, tmp_path / "eager", *common, method="eagle", recipe=RECIPE)
+    run_recipe(
+        tiny_toy_target, tmp_path / "compiled", *common, "train.compile=true", method="eagle", recipe=RECIPE
+    )
+    assert_runs_match(tmp_path / "eager", tmp_path / "compiled", 6)

@@ -100,7 +100,9 @@ def test_the_answers_batch_fills_a_share_of_the_gpu_memory(tiny_toy_target, monk
 
     config = AutoConfig.from_pretrained(tiny_toy_target)
     kv_heads = config.num_key_value_heads
-    per_token = 2 * config.num_hidden_layers * kv_heads * (config.hidden_size // config.num_attention_heads) * 2
+    per_token = (
+        2 * config.num_hidden_layers * kv_heads * (config.hidden_size // config.num_attention_heads) * 2
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     free = 1000 * per_token * (768 + 256)  # room for 1,000 caches
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (free, 2 * free))
@@ -110,3 +112,29 @@ def test_the_answers_batch_fills_a_share_of_the_gpu_memory(tiny_toy_target, monk
     assert pipeline_stages.answer_batch_size(tiny_toy_target, 256, "bfloat16") == 1024  # the cap
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert pipeline_stages.answer_batch_size(tiny_toy_target, 256, "bfloat16") == 64  # a CPU's, measured
+
+
+def test_answers_stopped_at_their_deadline_train_the_drafter_on_what_was_kept(
+    tiny_toy_target, tmp_path, monkeypatch
+):
+    """The answers' deadline keeps every finished batch; the features and training go on with those, and a
+    rerun of the same command resumes the answers where they stopped."""
+    budget = pipeline_plan.Budget(prompts=3000, answer_tokens=16, epochs=1.0, eval_prompts=1, eval_tokens=8)
+    monkeypatch.setitem(pipeline_plan.BUDGETS, "short", budget)
+    monkeypatch.setattr(pipeline, "stage_deadline", lambda name, *_: 3.0 if name == "answers" else None)
+    out = tmp_path / "run"
+    args = ["--target", str(tiny_toy_target), "--data", "stdlib:train", "--output-dir", str(out)]
+    args += ["--time-budget", "1", "--no-progress", "--serving-depth", "evaluator", "--export", "none"]
+    args += ["data.max_len=96", "train.micro_batch_size=4", "train.max_steps=3"]
+    assert pipeline.main(args) == 0
+    summary = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["stages"]}
+    assert summary["answers"]["outcome"] == "stopped at its deadline"
+    meta = json.loads((out / "data" / "answers.jsonl.meta.json").read_text())
+    kept = len((out / "data" / "answers.jsonl").read_text().splitlines())
+    assert 0 < kept == meta["counts"]["written"] < 3000
+    assert summary["answers"]["tokens"] == meta["runs"][-1]["counts"]["completion_tokens"] > 0
+    assert summary["features"]["outcome"] == summary["training"]["outcome"] == "done"
+    assert summary["export"]["outcome"] == "done" and not any(out.glob("export-*"))
+    run = next(out.glob("eagle3-3000-*"))
+    config = json.loads((run / "final" / "config.json").read_text())
+    assert list(config["training"]["data_sha256"]) == [str(out / "data" / "answers.jsonl")]

@@ -111,7 +111,7 @@ def save_checkpoint(
     """
     final = output_dir / f"checkpoint-{step}"
     tmp = _partial_dir(output_dir, step)
-    needed = estimate_checkpoint_bytes(output_dir, accelerator.unwrap_model(model))
+    needed = estimate_checkpoint_bytes(output_dir, accelerator.unwrap_model(model, keep_torch_compile=False))
     all_ranks(accelerator, lambda: _make_room(accelerator, output_dir, step, needed))
     try:
         all_ranks(accelerator, lambda: _write_state(accelerator, tmp, model, optimizer, scheduler, sharded))
@@ -158,7 +158,7 @@ def _write_state(
     else:
         save_training_state(
             tmp,
-            accelerator.unwrap_model(model),
+            accelerator.unwrap_model(model, keep_torch_compile=False),
             optimizer,
             scheduler,
             accelerator.process_index,

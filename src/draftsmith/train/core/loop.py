@@ -135,7 +135,7 @@ def run_training(
     # the process group, after which every rank believes it is the main process.
     # FSDP / ZeRO-3 leave each rank a shard of the drafter: gather it (a collective: every rank calls it).
     state_dict = accelerator.get_state_dict(run.model) if shard_kind(accelerator) is not None else None
-    method.model = accelerator.unwrap_model(run.model)
+    method.model = accelerator.unwrap_model(run.model, keep_torch_compile=False)
     chosen = loop.selection
     if chosen.select == "best":  # final/ holds the best held-out evaluation's weights, not the last step's
         state_dict, eval_metrics = chosen.restore(method.model), chosen.metrics

@@ -74,5 +74,5 @@ class Selection:
 def _weights(model: nn.Module, accelerator: Accelerator, sharded: bool) -> dict[str, torch.Tensor]:
     if sharded:
         return {k: v.detach().cpu().clone() for k, v in accelerator.get_state_dict(model).items()}
-    unwrapped = accelerator.unwrap_model(model)
+    unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)
     return {n: p.detach().cpu().clone() for n, p in unwrapped.named_parameters() if p.requires_grad}

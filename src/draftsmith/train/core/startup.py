@@ -185,7 +185,7 @@ def resume_run(run: Run, resume_from: Path, num_samples: int) -> int:
             )
         note = load_training_state(
             resume_from,
-            accelerator.unwrap_model(run.model),
+            accelerator.unwrap_model(run.model, keep_torch_compile=False),
             run.optimizer,
             run.scheduler,
             accelerator.process_index,
