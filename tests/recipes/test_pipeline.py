@@ -3,6 +3,7 @@ checkpoint's drafter goes on to the evaluation and the export, and the command l
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -138,3 +139,32 @@ def test_answers_stopped_at_their_deadline_train_the_drafter_on_what_was_kept(
     run = next(out.glob("eagle3-3000-*"))
     config = json.loads((run / "final" / "config.json").read_text())
     assert list(config["training"]["data_sha256"]) == [str(out / "data" / "answers.jsonl")]
+
+
+@pytest.mark.parametrize("source", ["local", "vllm", "http://127.0.0.1:8000/v1"])
+def test_every_answer_source_makes_a_command_line_regenerate_accepts(tiny_toy_target, tmp_path, source):
+    """The answers stage's `data regenerate` flags for each --answers pass its own checks (a served model's
+    dtype is the server's: --dtype would be refused with --endpoint)."""
+    from draftsmith.scripts.data import regenerate
+    from draftsmith.scripts.pipeline_stages import answer_source
+
+    plan = pipeline_plan.Plan(
+        tiny_toy_target,
+        pipeline_plan.TOY_DATA,
+        "float32",
+        pipeline_plan.BUDGETS["short"],
+        tmp_path,
+        [],
+        False,
+    )
+    plan = dataclasses.replace(plan, answers_from=source)
+    argv = [*answer_source(plan), "--data", "stdlib:train", "--out", str(tmp_path / "a.jsonl")]
+    settings = regenerate.parse_args(argv)
+    assert ("--dtype" in argv) == (source in ("local", "vllm"))
+    if source == "local":
+        assert settings.batch_size == 64 and settings.compile == "auto"
+    assert (
+        (settings.endpoint == source)
+        if source.startswith("http")
+        else (settings.target == str(tiny_toy_target))
+    )

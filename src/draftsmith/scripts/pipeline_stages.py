@@ -49,7 +49,7 @@ def answer_prompts(plan: Plan) -> int:
     for out, sampling in sets:
         regen = [*answer_source(plan), "--data", data["train"], "--out", str(out), *sampling]
         regen += ["--max-new-tokens", str(budget.answer_tokens), "--max-samples", str(budget.prompts)]
-        regen += ["--dtype", plan.dtype] + ([] if plan.progress else ["--no-progress"])
+        regen += [] if plan.progress else ["--no-progress"]
         code = regenerate.main(regen)
         if code != 0:
             return code
@@ -57,20 +57,15 @@ def answer_prompts(plan: Plan) -> int:
 
 
 def answer_source(plan: Plan) -> list[str]:
-    """`data regenerate`'s flags for where the answers come from: this process, vLLM served for the stage, or
-    a server already running."""
+    """`data regenerate`'s flags for where the answers come from: this process (in `plan.dtype`, its batch
+    sized to the device), vLLM served for the stage, or a server already running."""
     if plan.answers_from == "local":
-        return [
-            "--target",
-            str(plan.target),
-            "--batch-size",
-            str(REGENERATE_BATCH),
-            "--compile",
-            plan.compile,
-        ]
+        batch = answer_batch_size(plan.target, plan.budget.answer_tokens, plan.dtype)
+        local = ["--batch-size", str(batch), "--compile", plan.compile]
+        return ["--target", str(plan.target), "--dtype", plan.dtype, *local]
     if plan.answers_from == "vllm":
-        return ["--target", str(plan.target), "--serve", "vllm"]
-    return ["--endpoint", plan.answers_from]
+        return ["--target", str(plan.target), "--dtype", plan.dtype, "--serve", "vllm"]
+    return ["--endpoint", plan.answers_from]  # the server's own dtype: --dtype is refused with it
 
 
 def answer_batch_size(target: Path, answer_tokens: int, dtype: str) -> int:
