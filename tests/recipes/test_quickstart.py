@@ -104,6 +104,8 @@ def test_quickstart_trains_evaluates_and_resumes(tiny_toy_target, tmp_path, tiny
     )
     assert {p: p.stat().st_mtime_ns for p in cache.glob("*.safetensors")} == shards
     assert (run / "metrics.jsonl").read_text() == steps
+    resumed = json.loads((out / "summary.json").read_text())["stages"]
+    assert [s["tokens"] for s in resumed[:3]] == [0, 0, 0]  # nothing answered, cached or trained again
 
 
 @pytest.mark.engine

@@ -163,13 +163,14 @@ def export_drafter(plan: Plan) -> int:
 
 def stage_tokens(name: str, plan: Plan, mark: list[int]) -> int | None:
     """The tokens a stage handled, from what it wrote: answers generated (each answers file's runs after its
-    `mark`), features stored (the cache's index), tokens trained on (metrics.jsonl's records after the step
+    `mark`), features stored (the cache's index; 0 if it was complete before), tokens trained on (metrics.jsonl's records after the step
     `mark` holds), tokens decoded by the drafter's chain; None where a stage handles none."""
     if name == "answers":
         runs = [answer_runs(p)[k:] for p, k in zip(plan.planned_answer_files, mark, strict=True)]
         return sum(int(r["counts"].get("completion_tokens", 0)) for file_runs in runs for r in file_runs)
     if name == "features" and plan.features == "cache" and (index := plan.cache / "index.json").is_file():
-        return sum(int(s["tokens"]) for s in json.loads(index.read_text())["splits"].values())
+        stored = sum(int(s["tokens"]) for s in json.loads(index.read_text())["splits"].values())
+        return 0 if mark[0] else stored  # complete before the stage: nothing computed now
     if name == "training" and (metrics := plan.run_dir / "metrics.jsonl").is_file():
         return int(sum(r.get("perf/tokens", 0) for r in read_metrics(metrics) if r["step"] > mark[0]))
     if name == "evaluation" and (report := plan.run_dir / "final" / EVAL_REPORT).is_file():
@@ -178,11 +179,14 @@ def stage_tokens(name: str, plan: Plan, mark: list[int]) -> int | None:
 
 
 def stage_mark(name: str, plan: Plan) -> list[int]:
-    """Where a stage starts, for `stage_tokens`: each answers file's run count; the run's last logged step."""
+    """Where a stage starts, for `stage_tokens`: each answers file's run count; whether the cache was complete;
+    the run's last logged step."""
     if name == "answers":
         return [len(answer_runs(p)) for p in plan.planned_answer_files]
     if name == "training" and (metrics := plan.run_dir / "metrics.jsonl").is_file():
         return [max((r["step"] for r in read_metrics(metrics)), default=0)]
+    if name == "features" and plan.features == "cache":
+        return [int((plan.cache / "index.json").is_file())]
     return [0]
 
 
