@@ -80,9 +80,20 @@ class StageRecord:
 def build_parser(
     prog: str = "draftsmith pipeline", description: str | None = None
 ) -> argparse.ArgumentParser:
+    """The command line: what goes in and where it comes from, then how much and how it runs."""
     p = argparse.ArgumentParser(
         prog=prog, description=description or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    add_source_arguments(p)
+    add_run_arguments(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (for logs)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=3e-3")
+    p.set_defaults(preset_data=False)  # the quickstart's: without --data, the built-in chat prompts
+    return p
+
+
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    """The target, the prompts, and who writes the answers and the features."""
     p.add_argument("--target", help="a target directory, a Hub id, a .gguf file or a preset (built once)")
     p.add_argument(
         "--data", help="the prompts or chats the target answers (any format `data regenerate` reads)"
@@ -102,6 +113,10 @@ def build_parser(
         help="the target's features stored once (cache) or computed at every step (online); auto: online on a "
         "GPU, where the target's forward is cheap and a cache of millions of tokens is not, cache on a CPU",
     )
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """How much the pipeline does, in what precision, and what it writes."""
     p.add_argument(
         "--budget",
         choices=sorted(BUDGETS),
@@ -156,10 +171,6 @@ def build_parser(
         help="whose costs choose the depth to serve: vllm (measured at depths 1..3; needs `draftsmith "
         "engine-setup vllm`), evaluator (draftsmith's own loop), auto (default: vllm where it is set up)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (for logs)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=3e-3")
-    p.set_defaults(preset_data=False)  # the quickstart's: without --data, the built-in chat prompts
-    return p
 
 
 def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
