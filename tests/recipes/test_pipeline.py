@@ -97,7 +97,7 @@ def test_the_answers_batch_fills_a_share_of_the_gpu_memory(tiny_toy_target, monk
     import torch
     from transformers import AutoConfig
 
-    from draftsmith.scripts import pipeline_stages
+    from draftsmith.scripts import pipeline_memory
 
     config = AutoConfig.from_pretrained(tiny_toy_target)
     kv_heads = config.num_key_value_heads
@@ -107,12 +107,12 @@ def test_the_answers_batch_fills_a_share_of_the_gpu_memory(tiny_toy_target, monk
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     free = 1000 * per_token * (768 + 256)  # room for 1,000 caches
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (free, 2 * free))
-    assert pipeline_stages.answer_batch_size(tiny_toy_target, 256, "bfloat16") == 600
-    assert pipeline_stages.answer_batch_size(tiny_toy_target, 256, "float32") == 300
+    assert pipeline_memory.answer_batch_size(tiny_toy_target, 256, "bfloat16") == 600
+    assert pipeline_memory.answer_batch_size(tiny_toy_target, 256, "float32") == 300
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (100 * free, 200 * free))
-    assert pipeline_stages.answer_batch_size(tiny_toy_target, 256, "bfloat16") == 1024  # the cap
+    assert pipeline_memory.answer_batch_size(tiny_toy_target, 256, "bfloat16") == 1024  # the cap
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert pipeline_stages.answer_batch_size(tiny_toy_target, 256, "bfloat16") == 64  # a CPU's, measured
+    assert pipeline_memory.answer_batch_size(tiny_toy_target, 256, "bfloat16") == 64  # a CPU's, measured
 
 
 def test_answers_stopped_at_their_deadline_train_the_drafter_on_what_was_kept(

@@ -45,6 +45,7 @@ from draftsmith.runtime.errors import Interrupted
 from draftsmith.runtime.files import write_json
 from draftsmith.runtime.hardware import native_bfloat16
 from draftsmith.scripts import pipeline_stages as stages
+from draftsmith.scripts.pipeline_memory import train_micro_batch
 from draftsmith.scripts.pipeline_plan import BUDGETS, CHAT_DATA, TOY_DATA, Budget, Plan
 from draftsmith.scripts.pipeline_serving import SERVING_CHOICES
 from draftsmith.scripts.pipeline_target import resolve_target
@@ -269,7 +270,7 @@ def make_plan(
             f"--export {args.export}: {unknown[0]!r} is not an engine; choose from {', '.join(ENGINES)}, or none"
         )
     features = args.features if args.features != "auto" else ("online" if device == "cuda" else "cache")
-    return Plan(
+    plan = Plan(
         target=target,
         data=data,
         dtype=pipeline_dtype(args.dtype),
@@ -283,6 +284,10 @@ def make_plan(
         compile=args.compile,
         export=export,
     )
+    micro_batch = train_micro_batch(
+        target, plan.recipe, args.overrides, budget.prompts * (1 + budget.sampled)
+    )
+    return dataclasses.replace(plan, micro_batch=micro_batch)
 
 
 def answers_from(parser: argparse.ArgumentParser, choice: str) -> str:

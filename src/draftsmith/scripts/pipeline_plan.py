@@ -71,6 +71,7 @@ class Plan:
     features: str = "cache"  # cache (the target's features stored once) or online (computed at every step)
     compile: str = "auto"  # torch.compile of the answers (`data regenerate --compile`)
     export: tuple[str, ...] = ("vllm",)  # engine layouts written from the trained drafter
+    micro_batch: int | None = None  # training's, sized to a GPU (pipeline_memory.py); None: the recipe's
 
     @property
     def answers(self) -> Path:
@@ -113,6 +114,7 @@ class Plan:
         recipe = Path(self.recipe).read_bytes()
         settings = [f"epochs={self.budget.epochs!r}", f"dtype={self.dtype}", *self.overrides]
         settings += [] if self.features == "cache" else [f"features={self.features}"]  # cached: as before
+        settings += [] if self.micro_batch is None else [f"micro_batch={self.micro_batch}"]
         return hashlib.sha256(recipe + "\n".join(settings).encode()).hexdigest()[:6]
 
     @property

@@ -11,13 +11,11 @@ import json
 import re
 from pathlib import Path
 
-import torch
-from transformers import AutoConfig
-
 from draftsmith.data.regen_output import META_SUFFIX
 from draftsmith.scripts.data import regenerate
 from draftsmith.scripts.pipeline_compare import compare_drafters
-from draftsmith.scripts.pipeline_plan import REGENERATE_BATCH, SAMPLING, Plan
+from draftsmith.scripts.pipeline_memory import answer_batch_size
+from draftsmith.scripts.pipeline_plan import SAMPLING, Plan
 from draftsmith.scripts.pipeline_serving import serving_verdict
 from draftsmith.ship import export
 from draftsmith.train import eagle
@@ -25,13 +23,6 @@ from draftsmith.train.cache import build
 from draftsmith.train.core.metrics import read_metrics
 
 EVAL_REPORT = "eval.json"  # the drafter's chain report, in final/
-# On a GPU, the answers' batch from the memory their KV caches take (answer_batch_size): the prompt length it
-# leaves room for, the share of free memory the caches may fill (the rest: the weights' activations, logits
-# and the allocator's slack), the widest batch, and the batch where no config can be read before loading.
-PROMPT_ROOM = 768
-GPU_CACHE_SHARE = 0.6
-GPU_BATCH_CAP = 1024
-GPU_BATCH_FALLBACK = 256
 
 
 def answer_prompts(plan: Plan) -> int:
@@ -68,25 +59,6 @@ def answer_source(plan: Plan) -> list[str]:
     return ["--endpoint", plan.answers_from]  # the server's own dtype: --dtype is refused with it
 
 
-def answer_batch_size(target: Path, answer_tokens: int, dtype: str) -> int:
-    """Answers generated together: REGENERATE_BATCH on a CPU; on a GPU as many as the KV caches of prompts of
-    PROMPT_ROOM tokens and their answers fit in GPU_CACHE_SHARE of the free memory (at most GPU_BATCH_CAP: a
-    wider batch waits longer on its longest answer)."""
-    if not torch.cuda.is_available():
-        return REGENERATE_BATCH
-    try:
-        config = AutoConfig.from_pretrained(str(target)).get_text_config()
-    except (OSError, ValueError):  # a .gguf file: no config to read before it is loaded
-        return GPU_BATCH_FALLBACK
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * (4 if dtype == "float32" else 2)
-    free, _ = torch.cuda.mem_get_info()
-    fits = int(free * GPU_CACHE_SHARE // (per_token * (PROMPT_ROOM + answer_tokens)))
-    return max(1, min(GPU_BATCH_CAP, fits))
-
-
 def cache_features(plan: Plan) -> int:
     """The target's features at EAGLE-3's layers, stored once (`draftsmith cache`); nothing with online
     features, which training computes at every step."""
@@ -102,6 +74,8 @@ def training_settings(plan: Plan) -> list[str]:
     precision = f"train.mixed_precision={'bf16' if plan.dtype == 'bfloat16' else 'no'}"
     target_dtype = [] if plan.features == "cache" else [f"target.dtype={plan.dtype}"]
     settings = [f"output_dir={plan.run_dir}", f"train.epochs={plan.budget.epochs}", precision, *target_dtype]
+    if plan.micro_batch is not None:
+        settings += [f"train.micro_batch_size={plan.micro_batch}", "train.grad_accum=1"]
     return ["--config", plan.recipe, *plan.common, *settings, *plan.overrides]
 
 
