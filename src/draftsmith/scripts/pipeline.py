@@ -14,7 +14,8 @@ stopped, or re-evaluates when everything is done):
      sampled answer per prompt;
   3. the features: the target's hidden states at EAGLE-3's layers, stored once (--features cache), or
      computed at every training step instead (online: nothing on disk; auto picks online on a GPU);
-  4. training EAGLE-3 (recipes/eagle/eagle3_smollm2.yaml; long budget: eagle3_smollm2_scale.yaml);
+  4. training EAGLE-3 (recipes/eagle/eagle3_smollm2.yaml; long budget: eagle3_smollm2_scale.yaml), on a GPU
+     with a micro batch sized to its memory (train.micro_batch_size=N on the command line overrides it);
   5. evaluation: speculative decoding of --heldout, greedy, checked token for token against plain decoding,
      EAGLE-3 as a chain and a tree beside ngram (prompt lookup), and the depth to serve with (measured in vLLM
      where `draftsmith engine-setup vllm` has set it up);
