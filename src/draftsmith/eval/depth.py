@@ -169,6 +169,26 @@ def unpredicted() -> dict[str, Any]:
     }
 
 
+def off_reason(acceptance_1: float, speedup_1: float) -> str:
+    """Why speculation is off and what would turn it on, read at depth 1. A step that drafts one token commits
+    1 + a_1 tokens and runs at speedup(1) of plain decoding, so it costs (1 + a_1) / speedup(1) plain steps and
+    pays once a_1 exceeds that cost minus one: the acceptance a drafter needs on these costs."""
+    cost = (1.0 + acceptance_1) / speedup_1
+    why = (
+        f"at depth 1 the draft token is accepted {acceptance_1:.0%} of the time, and a step that drafts and "
+        f"verifies it costs {cost:.2f} plain steps"
+    )
+    if cost >= 2.0:
+        return (
+            f"{why}, more than any acceptance can repay: serve prompt lookup (ngram), whose draft costs nothing, or "
+            "measure in a serving engine, whose draft steps cost less than this loop's"
+        )
+    return (
+        f"{why}, so it pays above {cost - 1.0:.0%}: train on more of the target's answers (docs/BENCHMARKS.md, "
+        '"Scaling": acceptance against answer tokens), or serve prompt lookup (ngram) meanwhile'
+    )
+
+
 def verdict(report: dict[str, Any]) -> str:
     """The evaluator table's line on the recommended depth (ALGORITHMS.md 9.8); "-" for a report without the
     prediction."""
@@ -182,5 +202,7 @@ def verdict(report: dict[str, Any]) -> str:
     costs = f"by the costs of {EVALUATOR_COSTS}, not an engine's"
     if depth == 0:
         best = max(range(len(speedups)), key=lambda i: speedups[i])
-        return f"speculation off {costs}: no depth pays (best K={best + 1}: {speedups[best]:.2f}x)"
+        line = f"speculation off {costs}: no depth pays (best K={best + 1}: {speedups[best]:.2f}x)"
+        rates = report.get("acceptance_by_depth") or [None]
+        return line if rates[0] is None else f"{line}; {off_reason(rates[0], speedups[0])}"
     return f"recommended depth: {depth} (expected {report['recommended_speedup']:.2f}x {costs})"

@@ -12,6 +12,7 @@ from draftsmith.eval.decoder import SpeculativeDecoder, Step
 from draftsmith.eval.depth import (
     expected_speedups,
     expected_tokens,
+    off_reason,
     predictable_depth,
     prediction,
     recommend,
@@ -49,11 +50,30 @@ def test_no_acceptance_switches_speculation_off():
     assert speedups == pytest.approx([1 / 1.1, 1 / 1.2])
     assert recommend(speedups) == (0, 1.0)
     report = {"expected_speedup_by_depth": speedups, "recommended_depth": 0, "recommended_speedup": 1.0}
-    assert verdict(report) == (
-        "speculation off by the costs of draftsmith's evaluator loop, not an engine's: no depth pays (best K=1: 0.91x)"
+    off = "speculation off by the costs of draftsmith's evaluator loop, not an engine's: no depth pays (best K=1: 0.91x)"
+    assert verdict(report) == off  # a report without its acceptance: no reason to give
+    # With it, the reason at depth 1: a step costs c_draft 0.1 + verify(2) 1.0 = 1.1 plain steps, so a drafter
+    # pays above 10 % acceptance.
+    assert verdict({**report, "acceptance_by_depth": [0.0, 0.0]}) == (
+        f"{off}; at depth 1 the draft token is accepted 0% of the time, and a step that drafts and verifies it "
+        "costs 1.10 plain steps, so it pays above 10%: train on more of the target's answers "
+        '(docs/BENCHMARKS.md, "Scaling": acceptance against answer tokens), or serve prompt lookup (ngram) '
+        "meanwhile"
     )
     # Exactly as fast as plain decoding does not pay either.
     assert recommend([1.0, 0.9]) == (0, 1.0)
+
+
+def test_the_reason_for_off_is_the_cost_of_a_drafting_step_in_plain_steps():
+    # a_1 = 0.3, c_draft 0.5, verify [1, 1.2]: speedup(1) = 1.3 / 1.7, so a step costs 1.7 plain steps and a
+    # drafter pays above 70 % acceptance at depth 1
+    speedup = expected_speedups([0.3], 0.5, [1.0, 1.2])[0]
+    assert speedup == pytest.approx(1.3 / 1.7)
+    assert "accepted 30% of the time" in off_reason(0.3, speedup)
+    assert "costs 1.70 plain steps, so it pays above 70%" in off_reason(0.3, speedup)
+    # a step that costs two plain steps or more: even a drafter accepted every time (tau 2) cannot pay
+    reason = off_reason(0.5, expected_speedups([0.5], 1.5, [1.0, 1.0])[0])
+    assert "costs 2.50 plain steps, more than any acceptance can repay: serve prompt lookup" in reason
 
 
 def test_a_missing_rate_and_a_short_profile_limit_the_depths():
