@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from draftsmith.eval.depth import expected_tokens, recommend
+from draftsmith.eval.depth import expected_tokens, off_reason, recommend
 
 from .settings import EngineEvalArgs
 from .vllm_engine import VllmRun
@@ -192,3 +192,12 @@ def depth_check(
         "recommended_depth": recommend(predicted)[0] if predicted else None,
         "fastest_measured_depth": best_measured,
     }
+
+
+def measured_off_reason(check: dict[str, Any]) -> str:
+    """Why vLLM served no depth faster than plain decoding and what to do (`eval.depth.off_reason`), from its
+    own depth-1 run: its acceptance (mean acceptance length - 1) and its measured speedup."""
+    row = next((r for r in check["rows"] if r["depth"] == 1), None)
+    if row is None or not row.get("tau_vllm") or not row.get("speedup_measured"):
+        return "serve prompt lookup (ngram), or train on more of the target's answers"
+    return off_reason(row["tau_vllm"] - 1.0, row["speedup_measured"])

@@ -10,6 +10,7 @@ from typing import Any
 
 from draftsmith.runtime.display import fmt_value, pyplot, table
 
+from .depth_check import measured_off_reason
 from .settings import EngineEvalArgs
 from .vllm_engine import VllmRun
 
@@ -292,7 +293,11 @@ def depth_markdown(check: dict[str, Any], answers: int) -> list[str]:
         + ("within" if check["within_tolerance"] else "MISSED")
         + f"); fastest depth predicted {check['recommended_depth']}, measured {check['fastest_measured_depth']}"
     )
-    return ["", *table(header, cells), verdict_line]
+    lines = ["", *table(header, cells), verdict_line]
+    fastest = next((r for r in check["rows"] if r["depth"] == check["fastest_measured_depth"]), None)
+    if fastest is not None and fastest["speedup_measured"] <= 1.0:
+        lines.append(f"speculation off in vLLM: no depth beat plain decoding; {measured_off_reason(check)}")
+    return lines
 
 
 def verdict(curves: dict[str, Any], name: str) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from draftsmith.engines.depth_check import measured_off_reason
 from draftsmith.engines.engine_eval import build_parser, check_outputs, measure
 from draftsmith.engines.settings import parse_engine_eval_args
 from draftsmith.engines.setup import engine_spec, find_env
-from draftsmith.eval.depth import off_reason
 from draftsmith.runtime.files import write_json
 from draftsmith.ship.serve_depth import recommendation
 
@@ -64,14 +64,5 @@ def vllm_line(report: dict, path: Path) -> str:
     if measured.get("recommended_depth"):
         head = f"{measured['recommended_depth']} ({measured['recommended_speedup']:.2f}x plain decoding)"
     else:
-        head = f"off: no depth beat plain decoding; {vllm_off_reason(report)}"
+        head = f"off: no depth beat plain decoding; {measured_off_reason(report['depth_check'])}"
     return f"serving depth, measured in {engine}: {head}; by depth {shown}{lossless} (report: {path})"
-
-
-def vllm_off_reason(report: dict) -> str:
-    """`off_reason` from vLLM's own depth-1 run: its acceptance (mean acceptance length - 1) and its measured
-    speedup."""
-    row = next((r for r in report["depth_check"]["rows"] if r["depth"] == 1), None)
-    if row is None or not row.get("tau_vllm") or not row.get("speedup_measured"):
-        return "serve prompt lookup (ngram), or train on more of the target's answers"
-    return off_reason(row["tau_vllm"] - 1.0, row["speedup_measured"])

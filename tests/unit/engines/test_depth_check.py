@@ -100,6 +100,27 @@ def test_the_table_marks_the_calibration_and_says_whether_the_prediction_held():
     assert lines[-1].startswith("the depth prediction: largest difference 20.0 % (limit 15 %, MISSED)")
 
 
+def test_the_table_says_why_vllm_served_no_depth_faster():
+    from draftsmith.engines.engine_report import depth_markdown
+
+    def drafted(tokens_per_s: float, drafts: int, accepted: int) -> VllmRun:
+        counters = {"num_drafts": drafts, "num_accepted_tokens": accepted, "accepted_per_position": []}
+        return VllmRun("0", 1.0, run(tokens_per_s).outputs, counters)
+
+    # depth 1: tau 1.2 (20 of 100 drafts accepted) at 80 of plain's 100 tokens/s: a step costs 1.2 / 0.8 = 1.5
+    # plain steps, so a drafter pays above 50 % acceptance
+    runs = {1: drafted(80.0, 100, 20), 2: drafted(70.0, 100, 30)}
+    lines = depth_markdown(depth_check(OURS, run(100.0), runs, 1, 0.15), answers=1)
+    assert lines[-1] == (
+        "speculation off in vLLM: no depth beat plain decoding; at depth 1 the draft token is accepted 20% of the "
+        "time, and a step that drafts and verifies it costs 1.50 plain steps, so it pays above 50%: train on more "
+        'of the target\'s answers (docs/BENCHMARKS.md, "Scaling": acceptance against answer tokens), or serve '
+        "prompt lookup (ngram) meanwhile"
+    )
+    runs[1] = drafted(120.0, 100, 40)
+    assert "speculation off" not in depth_markdown(depth_check(OURS, run(100.0), runs, 1, 0.15), 1)[-1]
+
+
 # Prompt lookup replayed by hand (vLLM's proposer: the earliest occurrence of the longest match, n 1..3), prompt
 # [1, 2, 3, 4], greedy answer [1, 2, 3, 9, 1, 2]; the answer's first token comes from the prompt's forward.
 #   K = 1: [1] -> draft [2], accepted 1 | [1 2 3] -> [4], 0 (the target says 9) | [9]: no match, no draft |
