@@ -7,7 +7,7 @@ Run from a repository checkout (it reads the engine-layout loaders of tests/unit
 written from the engines' documentation). For each drafter and engine: the layout, the validation result
 (checks passed), the max abs logit difference between draftsmith's forward and the documented-layout loader
 on real text through the real target, and for EAGLE-3 -> vLLM the closed loop through speculators' own
-Eagle3DraftModel (ship/check_engine_load.py). Prints a Markdown table (docs/BENCHMARKS.md).
+Eagle3DraftModel (engines/check_engine_load.py). Prints a Markdown table (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ def _engine_reference() -> Any:
 def _doc_diff(kind: str, engine: str, out: Path, ckpt: str, built_layout: str) -> float:
     ref = _engine_reference()
 
+    from draftsmith.engines.check_engine_load import sample_ids
     from draftsmith.models.checkpoint import load_drafter, read_drafter_config
     from draftsmith.models.mtp import shift_tokens
     from draftsmith.models.parts import shift_left
     from draftsmith.models.target import FrozenTarget, TargetConfig
-    from draftsmith.ship.check_engine_load import sample_ids
 
     if kind == "draft_lm":
         from transformers import AutoModelForCausalLM
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", default=None, help="where to keep the exports (default: a temporary directory)")
     args = p.parse_args(argv)
+    from draftsmith.engines.check_engine_load import run_closed_loop
     from draftsmith.models.families import ENGINES, family
-    from draftsmith.ship.check_engine_load import run_closed_loop
     from draftsmith.ship.export import export, read_source
 
     root = Path(args.out or tempfile.mkdtemp(prefix="draftsmith-exports-"))

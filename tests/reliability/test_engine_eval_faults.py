@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from fault_catalogue import check_one_line, run_case, snapshot
 
-from draftsmith.engines import engine_eval
+from draftsmith.engines import engine_eval, run_files
 from draftsmith.engines.setup import MARKER, VLLM_CPU
 from draftsmith.engines.vllm_engine import VllmRun
 from draftsmith.scripts.cli import main as cli
@@ -130,7 +130,7 @@ def test_a_failed_vllm_run_names_logs_that_still_exist(world, capsys, monkeypatc
     assert named, line
     log = Path(named.group(1))
     assert log.is_file() and FAKE_VLLM_ERROR in log.read_text()
-    assert log.parent.parent == tmp_path / "cache" / engine_eval.KEPT_LOGS
+    assert log.parent.parent == tmp_path / "cache" / run_files.KEPT_LOGS
     assert "draftsmith-engine-eval-" not in line  # not the deleted temporary directory
 
 

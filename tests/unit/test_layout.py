@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bench.import_map import (
+from layout_rules import (
     ALLOWED,
     PACKAGES,
     SRC,

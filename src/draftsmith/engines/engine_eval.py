@@ -46,11 +46,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -60,14 +57,14 @@ from draftsmith.eval.gate import FAIL
 from draftsmith.eval.settings import EvalArgs
 from draftsmith.models.families import family
 from draftsmith.models.serving import serving_engines
-from draftsmith.runtime.display import pyplot
 from draftsmith.runtime.errors import UserError, one_line
-from draftsmith.runtime.files import check_output_file, read_json, user_cache, write_json
+from draftsmith.runtime.files import read_json, write_json
 
 from .depth_check import depth_check, replayed_schedules
 from .engine_report import build_report, markdown, plot_curves
 from .load_curves import Level, curves, documents_text, long_prompts
 from .plain_cache import plain_cache_file, target_fingerprint
+from .run_files import check_outputs, keep_logs
 from .settings import EngineEvalArgs, parse_engine_eval_args
 from .settings import build_parser as build_settings_parser
 from .setup import EngineEnv, require_env
@@ -75,8 +72,6 @@ from .vllm_engine import VllmRun, run_worker, speculative_config, speed_settings
 
 CHECKED = {"within_tolerance": True}  # a run without --depths has no depth check to fail
 MAX_MODEL_LEN_MARGIN = 16  # vLLM's context: the longest prompt + max new tokens + the draft depth, and some
-# Under draftsmith's cache: the vLLM logs of a failed run that had no --work-dir
-KEPT_LOGS = "engine-eval-logs"
 
 
 def served_kind(drafter: str, target: Any) -> str:
@@ -290,48 +285,6 @@ def context_levels(args: EngineEvalArgs, target: Any) -> list[Level]:
         Level("context_tokens", n, long_prompts(target.tokenizer, docs, n, args.context_prompts), 1)
         for n in args.context_lengths
     ]
-
-
-def check_outputs(args: EngineEvalArgs) -> None:
-    """Everything the end of the run writes, checked before anything loads: the --report and --plot files,
-    matplotlib for --plot, the --work-dir and --plain-cache directories."""
-    if args.report:
-        check_output_file(Path(args.report), "--report")
-    if args.plot:
-        check_output_file(Path(args.plot), "--plot")
-        pyplot()  # one line naming the install when matplotlib is missing
-    for flag, folder in (("--work-dir", args.work_dir), ("--plain-cache", args.plain_cache)):
-        if folder:
-            check_output_dir(Path(folder), flag)
-
-
-def check_output_dir(folder: Path, flag: str) -> None:
-    """Refuse, before any work, a directory that could not be written: it is a file, or its nearest existing
-    parent is a file or not writable. One line naming `flag`."""
-    folder = folder.expanduser()
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
-    if existing == folder and not folder.is_dir():
-        raise UserError(f"{flag} {folder} is a file; name a directory")
-    if not existing.is_dir():
-        raise UserError(f"{flag} {folder}: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {folder}: {existing} is not writable; choose a directory you can write to")
-
-
-def keep_logs(work: Path) -> Path | None:
-    """Copies of the vLLM logs in `work` (a temporary directory about to be deleted) in a lasting folder
-    under draftsmith's cache; None when there are none or they cannot be copied."""
-    logs = sorted(work.glob("*.log"))
-    if not logs:
-        return None
-    kept = user_cache() / KEPT_LOGS / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    try:
-        kept.mkdir(parents=True, exist_ok=True)
-        for log in logs:
-            shutil.copy2(log, kept / log.name)
-    except OSError:
-        return None
-    return kept
 
 
 def measure(args: EngineEvalArgs) -> dict[str, Any]:

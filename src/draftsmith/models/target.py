@@ -1,4 +1,4 @@
-"""The frozen target model: loading, canonical feature layer ids, and its identity.
+"""The frozen target model: canonical feature layer ids, their capture, and its identity (loading: target_load.py).
 
 Canonical layer id `i` (an int in 0..L) is the residual stream entering decoder layer `i` (pre-norm):
 0 is the embedding output, `i` the output of layer `i-1`, and `L` the output of the last layer before the
@@ -12,19 +12,16 @@ requested ids are kept alive, which matters for big targets and long sequences.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from .gguf import is_gguf, pretrained_source
-from .identity import refuse_drafter_as_target, sha256_text, tokenizer_fingerprint, weights_fingerprint
+from .identity import sha256_text, tokenizer_fingerprint, weights_fingerprint
 from .parts import with_cache
+from .target_load import TargetConfig, check_vocabulary, load_pretrained
 from .target_parts import PlainEmbedding, TargetHead, foldable_input
 
 logger = logging.getLogger(__name__)
@@ -36,48 +33,6 @@ LayerId = int | Literal["final", "top1"]
 TOP1: LayerId = "top1"
 # Positions whose logits are materialized at once for "top1" (512 x 49,152 float32 = 96 MiB; 262k: 512 MiB).
 TOP1_CHUNK = 512
-
-
-@dataclass
-class TargetConfig:
-    """Which target to load and how."""
-
-    path: str = field(
-        default="",
-        metadata={
-            "help": "Hugging Face Hub id (org/name), a local directory of the target model, or a .gguf file."
-        },
-    )
-    revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit)."})
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
-        default="auto", metadata={"help": "Weights dtype: auto = bfloat16 on GPU, float32 on CPU."}
-    )
-    trust_remote_code: bool = field(
-        default=False, metadata={"help": "Allow custom modeling code shipped with the target."}
-    )
-
-
-def _load_error(cfg: TargetConfig, err: Exception) -> Exception:
-    """One line for transformers refusing to load `cfg.path` (its own messages span several lines)."""
-    said = " ".join(str(err).split()).split(" This could be because")[0]  # its unknown-architecture advice
-    if "trust_remote_code" in said and not cfg.trust_remote_code:
-        said = "it ships its own modeling code (config.json `auto_map`), which runs only with target."
-        said += "trust_remote_code=true (a recipe key; --trust-remote-code for eval, engine-eval, data regenerate): set it if you trust that code"
-    elif "does not recognize this architecture" in said:
-        said += " Upgrade transformers, or set target.trust_remote_code=true if it ships modeling code"
-    elif isinstance(err, OSError):
-        return FileNotFoundError(
-            f"could not load target {cfg.path!r}: {said.rstrip('.')}. Pass a local model directory or a Hub id that "
-            "this machine can reach (build a toy target with `draftsmith build-target`)."
-        )
-    return ValueError(f"could not load target {cfg.path!r}: {said}")
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """Map a dtype name to a torch dtype; `auto` is bfloat16 on accelerators and float32 on CPU."""
-    if name == "auto":
-        return torch.float32 if device.type == "cpu" else torch.bfloat16
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
 class FrozenTarget:
@@ -137,39 +92,8 @@ class FrozenTarget:
         k=0, or the layers a draft LM copies. The config still reports the real layer count, so layer ids,
         drafter shapes and the identity are those of the full target; `forward` then refuses to run.
         """
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-        if not cfg.path:
-            raise ValueError(
-                "target.path is empty: set it to a Hub id or a local model directory (target.path=DIR)"
-            )
-        local = Path(cfg.path).expanduser()
-        if cfg.path.startswith(("/", "./", "../", "~")) and not local.is_dir() and not is_gguf(cfg.path):
-            raise FileNotFoundError(
-                f"target.path={cfg.path!r} is not a directory: point it at a saved model directory "
-                "(with config.json and the weights), a .gguf file or a Hub id like org/name"
-            )
-        refuse_drafter_as_target(local)
-        device = torch.device(device)
-        source, gguf = pretrained_source(cfg.path)  # a .gguf file: its folder, gguf_file=<name>
-        kwargs: dict[str, Any] = {"revision": cfg.revision, "trust_remote_code": cfg.trust_remote_code}
-        kwargs |= gguf
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-            config = AutoConfig.from_pretrained(source, **kwargs)
-            text_config = config.get_text_config()
-            num_layers = int(text_config.num_hidden_layers)
-            partial = layers is not None and layers < num_layers
-            if partial:
-                _set_layer_count(text_config, max(0, int(layers)))  # type: ignore[arg-type]
-            with _quiet_unused_weights(enabled=partial):
-                model = AutoModelForCausalLM.from_pretrained(
-                    source, config=config, dtype=resolve_dtype(cfg.dtype, device), **kwargs
-                )
-            _set_layer_count(model.config.get_text_config(), num_layers)
-        except (OSError, ValueError) as err:
-            raise _load_error(cfg, err) from err
-        return cls(model.to(device), tokenizer, cfg.path, cfg.revision)  # type: ignore[arg-type]
+        model, tokenizer = load_pretrained(cfg, torch.device(device), layers)
+        return cls(model, tokenizer, cfg.path, cfg.revision)
 
     @property
     def device(self) -> torch.device:
@@ -317,21 +241,6 @@ class FrozenTarget:
         }
 
 
-def check_vocabulary(tokenizer: Any, vocab_size: int, name: str) -> None:
-    """Refuse a tokenizer with ids the model has no embedding row for (a tokenizer from another model, or
-    added tokens without `resize_token_embeddings`): they would fail deep inside a forward, or train on
-    garbage. A model with more rows than the tokenizer has ids (padding to a multiple of 64 / 128) is fine."""
-    try:
-        size = len(tokenizer)
-    except TypeError:  # a stand-in without a vocabulary (tests, benchmarks)
-        return
-    if size > vocab_size:
-        raise ValueError(
-            f"target {name!r}: its tokenizer has {size} tokens but the model's embedding only {vocab_size} rows; "
-            "use the tokenizer saved with the model (or resize the model's embeddings after adding tokens)"
-        )
-
-
 def find_decoder(model: Any) -> Any:
     """The decoder stack (`layers`, `norm`) of a causal LM. `get_decoder()` returns it for most models, but the
     model itself for some (Llama-4 text in transformers 5), whose stack is then `model.model`."""
@@ -347,33 +256,6 @@ FEATURE_PREFIX = "feat."  # batch keys of features read from an offline cache (t
 def feature_key(lid: LayerId) -> str:
     """The batch / cache-shard key of layer `lid`'s features."""
     return f"{FEATURE_PREFIX}{lid}"
-
-
-def _set_layer_count(text_config: Any, n: int) -> None:
-    """Set a config's decoder layer count, with its per-layer lists (e.g. `layer_types`) cut or restored."""
-    types = getattr(text_config, "layer_types", None)
-    if isinstance(types, list):
-        full = getattr(text_config, "_draftsmith_layer_types", types)
-        text_config._draftsmith_layer_types = full
-        text_config.layer_types = full[:n]
-    text_config.num_hidden_layers = n
-
-
-@contextlib.contextmanager
-def _quiet_unused_weights(enabled: bool) -> Iterator[None]:
-    """Silence transformers' load report while loading a target without its layers (their weights are
-    unused on purpose)."""
-    if not enabled:
-        yield
-        return
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
 
 
 class _AllCaptured(Exception):

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from draftsmith.engines.depth_check import measured_off_reason
-from draftsmith.engines.engine_eval import build_parser, check_outputs, measure
+from draftsmith.engines.engine_eval import build_parser, measure
+from draftsmith.engines.run_files import check_outputs
 from draftsmith.engines.settings import parse_engine_eval_args
 from draftsmith.engines.setup import engine_spec, find_env
 from draftsmith.runtime.files import write_json

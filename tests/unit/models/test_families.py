@@ -24,7 +24,7 @@ KINDS = frozenset(FAMILIES)
 ALLOWED = {
     # The closed-loop check of the EAGLE-3 vLLM export against speculators' reference model: a tool for one
     # kind, refusing the others; adding a family never touches it.
-    ("ship/check_engine_load.py", "eagle3"),
+    ("engines/check_engine_load.py", "eagle3"),
 }
 
 

@@ -551,7 +551,7 @@ def _speculators_python() -> str | None:
     "(install recipe: bench/bench_peers.py)",
 )
 def test_closed_loop_speculators_loads_the_vllm_export(checkpoints, target, tmp_path):
-    from draftsmith.ship.check_engine_load import run_closed_loop
+    from draftsmith.engines.check_engine_load import run_closed_loop
 
     out, _, _ = export(checkpoints["eagle3"], "vllm", tmp_path / "vllm")
     report = run_closed_loop(str(checkpoints["eagle3"]), str(out), str(_speculators_python()), tokens=24)

@@ -16,7 +16,8 @@ from safetensors import safe_open
 from draftsmith.config.loader import load_config
 from draftsmith.models.target import FrozenTarget, TargetConfig, feature_key
 from draftsmith.train.cache.build import build_cache, finish_index
-from draftsmith.train.cache.store import CacheError, FeatureCache, decode, encode, plan_shards
+from draftsmith.train.cache.format import CacheError, decode, encode
+from draftsmith.train.cache.store import FeatureCache, plan_shards
 from draftsmith.train.core.data import build_datasets, collate, sample_lengths
 from draftsmith.train.eagle import RECIPE as EAGLE_RECIPE
 from draftsmith.train.eagle import build_method as build_eagle

@@ -1,4 +1,5 @@
-"""The offline hidden-state cache: what `draftsmith cache` writes and `data.cache=DIR` trains from.
+"""The offline hidden-state cache: what `draftsmith cache` writes and `data.cache=DIR` trains from (the format's
+names and codec: format.py; the samples read back: dataset.py).
 
 Layout of a cache directory:
 
@@ -20,72 +21,34 @@ head recomputes the target's logits in the training step (H values per token ins
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
-from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from draftsmith.models.target import FEATURE_PREFIX, TOP1, LayerId, feature_key
+from draftsmith.models.target import FEATURE_PREFIX, LayerId, feature_key
 from draftsmith.runtime.files import atomic_file, sha256_file, write_json
 from draftsmith.train.core.data_content import CONTENT_KEY, content_change
 
+from .dataset import CachedFeatureDataset
+from .format import (
+    FORMAT,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    CacheError,
+    Storage,
+    check_shard,
+    encode,
+    parse_layer_id,
+)
+
 logger = logging.getLogger(__name__)
-
-FORMAT = "draftsmith-feature-cache"
-FORMAT_VERSION = 1
-INDEX_NAME = "index.json"
-
-Storage = Literal["bf16", "fp8"]
-STORAGE_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
-FP8_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448 for e4m3fn
-
-
-class CacheError(ValueError):
-    """A cache that cannot be used as it is: missing, truncated, corrupt, or for another target/drafter."""
-
-
-def parse_layer_id(text: str) -> LayerId:
-    if text == "final":
-        return "final"
-    return TOP1 if text == TOP1 else int(text)
-
-
-# --- storage codec -------------------------------------------------------------------------------------
-
-
-def encode(x: torch.Tensor, storage: Storage) -> dict[str, torch.Tensor]:
-    """`x` [N, H] as stored: `{"": bf16}` or `{"": fp8 e4m3, ".scale": float32 [H]}` (per-channel); token ids
-    (`top1`, [N]) as `{"": int32}` whatever the storage."""
-    if not x.is_floating_point():
-        return {"": x.to(torch.int32).contiguous()}
-    if storage == "bf16":
-        return {"": x.to(torch.bfloat16).contiguous()}
-    if storage == "fp8":
-        x = x.float()
-        amax = x.abs().amax(dim=0) if x.shape[0] else torch.zeros(x.shape[1])
-        scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-        return {"": (x / scale).to(torch.float8_e4m3fn).contiguous(), ".scale": scale.contiguous()}
-    raise ValueError(f"unknown cache storage {storage!r}; expected 'bf16' or 'fp8'")
-
-
-def decode(q: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Stored features back to `dtype` (the inverse of `encode`, up to rounding); token ids back to int64."""
-    if not q.is_floating_point():
-        return q.to(torch.long)
-    x = q.to(torch.float32)
-    if scale is not None:
-        x = x * scale
-    return x.to(dtype)
-
 
 # --- planning and writing --------------------------------------------------------------------------------
 
@@ -188,14 +151,6 @@ def write_index(directory: Path, header: dict[str, Any], splits: dict[str, list[
     return path
 
 
-def _check_shard(shard: Path, entry: dict[str, Any]) -> None:
-    if sha256_file(shard) != entry["sha256"]:
-        raise CacheError(
-            f"cache shard {shard} is corrupt: its sha256 differs from the one recorded in {INDEX_NAME}; "
-            "delete it and its .json sidecar and run the same `draftsmith cache` command again"
-        )
-
-
 # --- reading --------------------------------------------------------------------------------------------
 
 
@@ -260,7 +215,7 @@ class FeatureCache:
                 )
         if verify:
             for entry in tqdm(shards, desc="verify cache", unit="shard", disable=not progress):
-                _check_shard(directory / entry["file"], entry)
+                check_shard(directory / entry["file"], entry)
             return cls(directory, index)
         return cls(directory, index, {entry["file"] for entry in shards})
 
@@ -306,100 +261,3 @@ class FeatureCache:
         return CachedFeatureDataset(
             self.directory, self.index["splits"][split]["shards"], self.layers, dtype, self.unverified
         )
-
-
-class CachedFeatureDataset(Dataset):
-    """Item i: `input_ids`, `loss_mask` and `feat.<lid>` ([T, H], decoded to `dtype`) for each cached layer.
-
-    Shards are memory-mapped and read by slices, so a sample costs reading its own rows only.
-    """
-
-    def __init__(
-        self,
-        directory: Path,
-        shards: list[dict[str, Any]],
-        layers: list[LayerId],
-        dtype: torch.dtype,
-        unverified: set[str] | None = None,
-    ):
-        self.directory = directory
-        self.shards = shards
-        self.layers = layers
-        self.dtype = dtype
-        self.unverified = (
-            unverified if unverified is not None else set()
-        )  # shared with the cache: checked once
-        self._starts = [s["samples"][0] for s in shards]
-        self._count = shards[-1]["samples"][1] if shards else 0
-        self._handles: dict[int, Any] = {}
-        self._meta: dict[int, tuple[list[int], dict[str, torch.Tensor]]] = {}
-
-    def __len__(self) -> int:
-        return self._count
-
-    def _open(self, k: int) -> tuple[Any, list[int], dict[str, torch.Tensor]]:
-        if k not in self._handles:
-            entry = self.shards[k]
-            if entry["file"] in self.unverified:
-                _check_shard(self.directory / entry["file"], entry)
-                self.unverified.discard(entry["file"])
-            handle = safe_open(str(self.directory / entry["file"]), framework="pt")
-            scales = {key: handle.get_tensor(key) for key in handle.keys() if key.endswith(".scale")}  # noqa: SIM118
-            self._handles[k] = handle
-            self._meta[k] = (handle.get_tensor("offsets").tolist(), scales)
-        return self._handles[k], *self._meta[k]
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        if not 0 <= index < self._count:
-            raise IndexError(index)
-        k = bisect.bisect_right(self._starts, index) - 1
-        handle, offsets, scales = self._open(k)
-        i = index - self._starts[k]
-        a, b = offsets[i], offsets[i + 1]
-        item = {
-            "input_ids": handle.get_slice("input_ids")[a:b].to(torch.long),
-            "loss_mask": handle.get_slice("loss_mask")[a:b].to(torch.bool),
-        }
-        for lid in self.layers:
-            key = feature_key(lid)
-            item[key] = decode(handle.get_slice(key)[a:b], scales.get(key + ".scale"), self.dtype)
-        return item
-
-    def head(self, n: int) -> CachedFeatureDataset:
-        """The first `n` samples (the same shards, read no further)."""
-        if n < 1:
-            raise ValueError(f"a cache subset needs at least one sample, got {n}")
-        return self._view(self.layers, min(n, self._count))
-
-    def stats(self) -> Any:
-        """`DataStats` of these samples: count, tokens, trained tokens and the longest, read from the shards'
-        offsets and loss masks (no features decoded)."""
-        from draftsmith.train.core.data import DataStats
-
-        stats = DataStats()
-        for k, entry in enumerate(self.shards):
-            first = entry["samples"][0]
-            if first >= self._count:
-                break
-            handle, offsets, _ = self._open(k)
-            n = min(entry["samples"][1], self._count) - first
-            lengths = [offsets[i + 1] - offsets[i] for i in range(n)]
-            stats.samples += n
-            stats.tokens += sum(lengths)
-            stats.trained_tokens += int(handle.get_slice("loss_mask")[: offsets[n]].sum())
-            stats.max_length = max([stats.max_length, *lengths])
-        return stats
-
-    def tokens_only(self) -> CachedFeatureDataset:
-        """The same samples without their features (cheap: for token statistics such as EAGLE-3's vocabulary)."""
-        return self.only([])
-
-    def only(self, layers: Sequence[LayerId]) -> CachedFeatureDataset:
-        """The same samples with only `layers` decoded (e.g. `top1` alone for a vocabulary scan)."""
-        return self._view(list(layers), self._count)
-
-    def _view(self, layers: list[LayerId], count: int) -> CachedFeatureDataset:
-        """The first `count` samples of the same shards, decoding `layers` (opened lazily, as any instance)."""
-        view = CachedFeatureDataset(self.directory, self.shards, layers, self.dtype, self.unverified)
-        view._count = count
-        return view

@@ -1,8 +1,7 @@
-"""The package import map: which draftsmith package imports which, checked against docs/DESIGN.md section 2.
+"""The layout rules tests/unit/test_layout.py enforces: which draftsmith package may import which (docs/DESIGN.md
+section 2), no circle between modules, no module over 420 lines and no function over 70.
 
-    python -m bench.import_map            # prints the table and the largest modules; exit 1 on a broken rule,
-                                          # a circle between modules, a module over 420 lines or a function
-                                          # over 70
+    python tests/unit/layout_rules.py     # prints the table and the largest modules; exit 1 on a broken rule
 
 Imports are read from the source (ast), at any depth (lazy imports inside functions count too), so the map
 is what could be imported, not what happened to be.
@@ -16,7 +15,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from draftsmith.runtime import display
+
+REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src" / "draftsmith"
 # the floors, lowest first: runtime is the ground floor (errors, files, run locks) that every stage stands on
 PACKAGES = ("runtime", "config", "models", "data", "train", "eval", "ship", "engines", "toy", "scripts")
@@ -189,14 +190,13 @@ def oversized() -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argparse.ArgumentParser(
-        prog="python -m bench.import_map",
+        prog="python tests/unit/layout_rules.py",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     ).parse_args(argv)
     table = import_map()
-    print("| package | imports | allowed |\n|---|---|---|")
-    for p in PACKAGES:
-        print(f"| {p} | {', '.join(sorted(table[p])) or '-'} | {', '.join(sorted(ALLOWED[p])) or '-'} |")
+    rows = [(p, ", ".join(sorted(table[p])) or "-", ", ".join(sorted(ALLOWED[p])) or "-") for p in PACKAGES]
+    print("\n".join(display.table(["package", "imports", "allowed"], rows)))
     sizes = module_sizes()
     print(f"\n{len(sizes)} modules; the largest: " + ", ".join(f"{name} {n}" for n, name in sizes[:6]))
     cycles = [f"module import cycle: {', '.join(c)}" for c in module_cycles(module_imports())]

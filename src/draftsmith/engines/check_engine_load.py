@@ -1,6 +1,6 @@
 """Closed loop: load our EAGLE-3 vLLM export with the engine ecosystem's own model code and compare forwards.
 
-    python -m draftsmith.ship.check_engine_load --checkpoint CKPT --export DIR \
+    python -m draftsmith.engines.check_engine_load --checkpoint CKPT --export DIR \
         --engine-python /path/to/speculators-venv/bin/python [--target DIR] [--tokens 48]
 
 vLLM's EAGLE-3 format is defined by the `speculators` package (vLLM reads `speculators_model_type: eagle3`
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report))
         return 0 if report["ok"] else 1
     p = argparse.ArgumentParser(
-        prog="python -m draftsmith.ship.check_engine_load",
+        prog="python -m draftsmith.engines.check_engine_load",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
