@@ -48,10 +48,8 @@ settings above, versions).
 """
 
 import argparse
-import contextlib
 import json
 import os
-import time
 from typing import Any
 
 import modelopt
@@ -59,7 +57,7 @@ import modelopt.torch.opt as mto
 import modelopt.torch.speculative as mtsp
 import torch
 import transformers
-from _hf_trainer import AccuracyTrainer, StepLogger, collate  # the sibling bench/peers/_hf_trainer.py
+from _hf_trainer import train_and_export, write_summary  # the sibling bench/peers/_hf_trainer.py
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 IGNORE = -100
@@ -238,30 +236,9 @@ def main():
         seed=a.seed,
         disable_tqdm=True,
     )
-    ref = [None]
-    logger = StepLogger(ref, a.log_every, "acc")
-    trainer = AccuracyTrainer(
-        model=model, args=targs, train_dataset=ds, data_collator=collate, callbacks=[logger]
-    )
-    ref[0] = trainer
-    t0 = time.perf_counter()
-    trainer.train()
-    total = time.perf_counter() - t0
-
-    model.eval()
-    model.get_exporter().export(a.out)
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.join(a.out, "_trainer"))  # empty with save_strategy=no
-    times = logger.times
-    steady = times[1:] if len(times) > 1 else times
+    common, records = train_and_export(model, targs, ds, a, "acc")
     summary = {
-        "steps": len(times),
-        "total_train_s": total,
-        "first_step_s": times[0] if times else None,
-        "mean_step_s_excl_first": sum(steady) / max(1, len(steady)),
-        "torch_threads": torch.get_num_threads(),
-        "seq_len": a.seq_len,
-        "batch_size": a.batch_size,
+        **common,
         "lr": a.lr,
         "warmup_steps": a.warmup_steps,
         "lr_scheduler": a.lr_scheduler,
@@ -282,11 +259,9 @@ def main():
             "transformers": transformers.__version__,
             "torch": torch.__version__,
         },
-        "records": logger.records,
+        "records": records,
     }
-    with open(os.path.join(a.out, "train_log.json"), "w") as f:
-        json.dump(summary, f, indent=1, default=str)
-    print(json.dumps({k: v for k, v in summary.items() if k != "records"}, default=str), flush=True)
+    write_summary(a.out, summary)
 
 
 if __name__ == "__main__":

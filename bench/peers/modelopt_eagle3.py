@@ -34,10 +34,8 @@ d2t.pt (ModelOpt's draft_vocab_cache format) and train_log.json.
 """
 
 import argparse
-import contextlib
 import json
 import os
-import time
 from collections import Counter
 from typing import Any
 
@@ -45,7 +43,7 @@ import modelopt.torch.opt as mto
 import modelopt.torch.speculative as mtsp
 import torch
 import transformers
-from _hf_trainer import AccuracyTrainer, StepLogger, collate  # the sibling bench/peers/_hf_trainer.py
+from _hf_trainer import train_and_export, write_summary  # the sibling bench/peers/_hf_trainer.py
 from modelopt.torch.speculative.plugins.hf_eagle import HFEagleModel, default_eagle_aux_layer_ids
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -263,37 +261,14 @@ def main():
         seed=a.seed,
         disable_tqdm=True,
     )
-    ref = [None]
-    logger = StepLogger(ref, a.log_every, "ttt acc")
-    trainer = AccuracyTrainer(
-        model=model, args=targs, train_dataset=ds, data_collator=collate, callbacks=[logger]
-    )
-    ref[0] = trainer
-    t0 = time.perf_counter()
-    trainer.train()
-    total = time.perf_counter() - t0
-
-    model.eval()
-    model.get_exporter().export(a.out)
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.join(a.out, "_trainer"))  # empty with save_strategy=no
-    times = logger.times
-    steady = times[1:] if len(times) > 1 else times
+    common, records = train_and_export(model, targs, ds, a, "ttt acc")
     summary = {
-        "steps": len(times),
-        "total_train_s": total,
-        "first_step_s": times[0] if times else None,
-        "mean_step_s_excl_first": sum(steady) / max(1, len(steady)),
-        "torch_threads": torch.get_num_threads(),
-        "seq_len": a.seq_len,
-        "batch_size": a.batch_size,
+        **common,
         "ttt_steps": a.ttt_steps,
         "aux_layer_ids": list(model.eagle_config.eagle_aux_hidden_state_layer_ids),
-        "records": logger.records,
+        "records": records,
     }
-    with open(os.path.join(a.out, "train_log.json"), "w") as f:
-        json.dump(summary, f, indent=1, default=str)
-    print(json.dumps({k: v for k, v in summary.items() if k != "records"}), flush=True)
+    write_summary(a.out, summary)
 
 
 if __name__ == "__main__":
