@@ -11,6 +11,8 @@ the engines, and is then trained for draftsmith's evaluator (`train.allow_unserv
 
 The test suite runs cells through `run_cell` (tests/unit/test_architectures.py); this command prints the
 whole table for docs/BENCHMARKS.md.
+
+Feeds docs/BENCHMARKS.md, "Architectures".
 """
 
 from __future__ import annotations

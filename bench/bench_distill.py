@@ -11,6 +11,8 @@ data generator change:
 CE trains on data tokens, so it has no on-policy cell. Each draft is measured by real speculative decoding
 (chain of depth 5) on held-out prompts at T=0 and T=1; the copied draft before training is the first row.
 Results go to OUT/distill.json, one JSON line per cell as it finishes (a rerun skips finished cells).
+
+Feeds docs/BENCHMARKS.md, "Draft-LM distillation on the `small` toy target".
 """
 
 from __future__ import annotations

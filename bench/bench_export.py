@@ -8,6 +8,8 @@ written from the engines' documentation). For each drafter and engine: the layou
 (checks passed), the max abs logit difference between draftsmith's forward and the documented-layout loader
 on real text through the real target, and for EAGLE-3 -> vLLM the closed loop through speculators' own
 Eagle3DraftModel (engines/check_engine_load.py). Prints a Markdown table (docs/BENCHMARKS.md).
+
+Feeds docs/BENCHMARKS.md, "Engine exports".
 """
 
 from __future__ import annotations

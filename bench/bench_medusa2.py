@@ -8,6 +8,8 @@ Both are measured by real speculative decoding on the same held-out prompts (cha
 and T=1). Medusa-2 decodes with its adapted target (the adapter merged), so its report carries
 `adapter_drift`: KL(original || adapted) per token over the original's greedy answers, and how many greedy
 answers changed.
+
+Feeds docs/BENCHMARKS.md, "Medusa-2 against Medusa-1 on the `small` toy target".
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ The increment per training token is the slope between two sequence lengths: (pea
 exceeds --max-gb is skipped and reported as "skipped (est. N GB)". The estimate extrapolates the last
 measured lengths of the same method and V (linearly, or through the origin if that is larger); before any
 measurement it assumes 10 float32 vocabulary rows per token on top of the parameters.
+
+Feeds docs/BENCHMARKS.md, "Memory per training token".
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@
 Each D trains `recipes/mtp/toy.yaml` with `draft.num_modules=D` (same data and steps for every D), then is
 measured by real speculative decoding, a chain of D, on held-out prompts at T=0 and T=1. One JSON line per
 D goes to OUT/mtp.json as it finishes; a rerun skips finished depths.
+
+Feeds docs/BENCHMARKS.md, "MTP modules on the `small` toy target".
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
 
 The section has one table row per preset (parameters, tokens seen, wall time, losses) and the greedy answers
 of the last preset to held-out stdlib docstrings, so a reader can judge what the target writes.
+
+Feeds docs/BENCHMARKS.md, "Toy targets".
 """
 
 from __future__ import annotations

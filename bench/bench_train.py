@@ -12,6 +12,8 @@
    speculative decoding on held-out prompts (tau at temperature 0).
 
 Rows are appended to OUT/bench_train.jsonl as they finish; a rerun skips finished rows.
+
+Feeds docs/BENCHMARKS.md, "Training throughput, online vs offline, and the fp8 feature cache".
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ after; the overrides are the same) with one thread each; then both evaluators de
 with the NEW checkpoint. Prints whether the final weights are bit-identical, whether metrics.jsonl matches
 (wall-time fields excluded), and tau / alpha / acceptance / per-prompt rows of the two reports; exit 1 on any
 difference.
+
+Feeds docs/DEVLOG.md, "Refactor check: behaviour unchanged".
 """
 
 from __future__ import annotations

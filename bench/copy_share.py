@@ -7,6 +7,8 @@ inside the target's chat template, and at each of them whether prompt lookup (1-
 occurrence in the conversation so far: train/prompt_lookup.py, the evaluator's ngram drafter) would draft it.
 `draft.copy_weight` weights exactly these positions; a high share with a drafter that does not copy
 (`bench.copy_steps`) says the copies were in the data and the drafter did not learn them.
+
+Feeds docs/BENCHMARKS.md, "Teaching the chat drafter to copy".
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ drafter that has learnt to copy accepts far more than at the steps where nothing
 ("Acceptance per token") shows one that did not. Also each group's conditional acceptance by depth (of the
 steps that reached depth d, the share accepted there) and the tokens per step of the better of the two per
 step (the ceiling of a perfect chooser between them).
+
+Feeds docs/BENCHMARKS.md, "Teaching the chat drafter to copy".
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ once (tests/reliability/fake_openai.py in this process), so the figure is the cl
 the output files), never the model's. Run against another checkout with `--src` to compare two revisions.
 
     python -m bench.regen_client_overhead [--conversations 1500] [--concurrency 16] [--src OTHER/src]
+
+Feeds docs/BENCHMARKS.md, "Data you can trust".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 r"""Regeneration throughput: the same conversations answered by `data regenerate` here (transformers' `generate`)
 and through vLLM's OpenAI-compatible server (`--endpoint`), in generated tokens per second (docs/BENCHMARKS.md,
-"Regeneration through a serving engine").
+"Regeneration: `data regenerate` here against `--endpoint`").
 
     python -m bench.regen_throughput --target DIR [--conversations 40] [--max-new-tokens 128]
         [--batch-size 16] [--concurrency 1,16] [--bindings draftsmith,auto] [--data FILE] [--work-dir DIR]

@@ -4,6 +4,8 @@ quickstart's inputs) and tests/recipes/test_run_safety.py (kill, resume, locks, 
 with pytest, then written as Markdown: case -> exit status and the one error line, with totals.
 
     python -m bench.reliability_table            # prints the table (about 3 minutes on 2 cores)
+
+Feeds docs/BENCHMARKS.md, "Fault catalogue".
 """
 
 from __future__ import annotations

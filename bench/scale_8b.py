@@ -1,4 +1,4 @@
-r"""Online EAGLE-3 training on a target shaped like Llama-3.1-8B (docs/BENCHMARKS.md, "Scale readiness"): its
+r"""Online EAGLE-3 training on a target shaped like Llama-3.1-8B (docs/BENCHMARKS.md, "The pipeline on a GPU: not measured yet"): its
 real config (32 layers, hidden 4096, GQA 32/8, MLP 14336, vocab 128,256) with random bfloat16 weights, the
 target run at every step (no cache), as `draftsmith train eagle` does; tokens/s and peak GPU memory.
 

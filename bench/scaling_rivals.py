@@ -1,6 +1,6 @@
 r"""Rivals at one scaling point: the peers' EAGLE-3 (NVIDIA ModelOpt, vLLM speculators) and other draftsmith
-families trained on exactly the samples and steps of a `bench.scaling` run (docs/BENCHMARKS.md, "Rivals at the
-scaling point").
+families trained on exactly the samples and steps of a `bench.scaling` run (docs/BENCHMARKS.md, "Rivals on the
+same samples and steps").
 
     python -m bench.scaling_rivals --run OUT/train/tokens-728876 --out RIVALS \
         [--modelopt-python PY] [--speculators-python PY] [--families draft_lm,mtp]

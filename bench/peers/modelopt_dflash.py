@@ -45,6 +45,8 @@ starts as the target's final norm, as draftsmith's DFlash starts, instead of Mod
 
 Output (--out): DFlashExporter's model.safetensors + config.json, and train_log.json (step times, the
 settings above, versions).
+
+Feeds docs/BENCHMARKS.md, "DFlash against the peers' DFlash".
 """
 
 import argparse

@@ -38,6 +38,8 @@ Deviations from speculators' DFlash defaults, to match draftsmith's toy recipe (
 
 train_log.json: the fields of speculators_eagle3.py's (step times, speculators' metrics, versions, packing)
 plus the DFlash settings.
+
+Feeds docs/BENCHMARKS.md, "DFlash against the peers' DFlash".
 """
 
 from __future__ import annotations
