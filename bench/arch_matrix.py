@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.models.families import FAMILIES
+from draftsmith.runtime.display import table as md_table
 from draftsmith.toy.tiny_targets import ARCHITECTURES, available, build_tiny_target
 
 # Variants the matrix runs beside each family's own tiny run (the record's `tiny_recipe`): name -> (the kind it
@@ -217,7 +218,7 @@ def table(results: Sequence[CellResult]) -> str:
     `ok / lossless / vllm sglang` (the engines whose validated export passed), or `refused up front` for a
     pair no engine serves (then trained with train.allow_unserved for the evaluator); failures are spelled out."""
     kinds = list(dict.fromkeys(r.kind for r in results))
-    rows = ["| architecture | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+    rows: list[list[str]] = []
     by = {(r.arch, r.kind): r for r in results}
     for arch in dict.fromkeys(r.arch for r in results):
         cells = []
@@ -230,8 +231,8 @@ def table(results: Sequence[CellResult]) -> str:
             lossless = "lossless" if r.lossless == "ok" else r.lossless
             exports = " ".join(e if v == "ok" else f"{e} {v}" for e, v in r.exports.items()) or "no engine"
             cells.append(f"{train} / {lossless} / {exports}")
-        rows.append(f"| {arch} | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        rows.append([arch, *cells])
+    return "\n".join(md_table(["architecture", *kinds], rows))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

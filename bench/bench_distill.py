@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from draftsmith.runtime.display import table as md_table
+
 DIVERGENCES = ("ce", "fkl", "rkl", "jsd", "tvd")
 DATA = ("fixed", "regenerated", "on-policy")
 
@@ -149,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
 def format_table(rows: list[dict]) -> str:
     """Markdown: one row per divergence, T=0 / T=1 tau for each data generator."""
     cell = {(r["divergence"], r["data"]): r for r in rows}
-    head = "| divergence | " + " | ".join(f"{d} T=0 | {d} T=1" for d in DATA) + " |"
-    lines = [head, "|---" * (1 + 2 * len(DATA)) + "|"]
+    header = ["divergence", *(f"{d} T={t}" for d in DATA for t in (0, 1))]
+    lines = []
     for name in ("none", *DIVERGENCES):
         data = ("copied",) if name == "none" else DATA
         if not any((name, d) in cell for d in data):
@@ -166,8 +168,8 @@ def format_table(rows: list[dict]) -> str:
                 else ["n/a", "n/a"]
             )
         label = "untrained (copied layer)" if name == "none" else name
-        lines.append(f"| {label} | " + " | ".join(values) + " |")
-    return "\n".join(lines)
+        lines.append([label, *values])
+    return "\n".join(md_table(header, lines))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,8 @@ from typing import Any
 
 import torch
 
+from draftsmith.runtime.display import table as md_table
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -399,20 +401,21 @@ def format_table(
     cells = [(t, tree) for t in (0.0, 1.0) for tree in trees]
     tau = {(r["drafter"], r["T"], r["tree"]): r["tau"] for r in rows}
     names = list(dict.fromkeys(r["drafter"] for r in rows))
-    head = "| | " + " | ".join(f"T={t:g} {tree}" for t, tree in cells) + " | training step |"
-    lines = [head, "|---" * (len(cells) + 2) + "|"]
-    for name in names:
-        lines.append(
-            f"| {name} | "
-            + " | ".join(f"{tau[(name, t, tr)]:.3f}" for t, tr in cells)
-            + f" | {step_s[name]:.2f} s ({threads.get(name)} threads) |"
-        )
+    header = ["", *(f"T={t:g} {tree}" for t, tree in cells), "training step"]
+    lines = [
+        [
+            name,
+            *(f"{tau[(name, t, tr)]:.3f}" for t, tr in cells),
+            f"{step_s[name]:.2f} s ({threads.get(name)} threads)",
+        ]
+        for name in names
+    ]
     peers = [n for n in names if n != "draftsmith"]
     if peers and "draftsmith" in names:
         best = [max(tau[(p, t, tr)] for p in peers) for t, tr in cells]
         ratios = [tau[("draftsmith", t, tr)] / b for (t, tr), b in zip(cells, best, strict=True)]
-        lines.append("| draftsmith / best peer | " + " | ".join(f"{r:.3f}" for r in ratios) + " | |")
-    return "\n".join(lines)
+        lines.append(["draftsmith / best peer", *(f"{r:.3f}" for r in ratios), ""])
+    return "\n".join(md_table(header, lines))
 
 
 if __name__ == "__main__":

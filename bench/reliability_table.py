@@ -21,6 +21,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
+from draftsmith.runtime.display import table as md_table
+
 REPO = Path(__file__).resolve().parents[1]
 SUITES = ["tests/reliability", "tests/recipes/test_run_safety.py", "tests/recipes/test_mid_run_faults.py"]
 
@@ -63,17 +65,17 @@ _TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/[^/\s]+?\d+(?=[/\s:,)]|$)")
 
 
 def table(rows: list[dict], outcomes: list[tuple[str, str, str]]) -> str:
-    out = ["| case | exit | what the user reads (one line) | nothing changed |", "|---|---|---|---|"]
+    cases = []
     for r in rows:
         line = _PORT.sub("127.0.0.1:PORT", _TMP.sub("DIR", r["error"])).replace(
             "|", "\\|"
         )  # temporary directories
         line = line if len(line) <= 140 else line[:137] + "..."
-        out.append(f"| {r['case']} | {r['exit']} | {line} | {'yes' if r['unchanged'] else 'NO'} |")
+        cases.append([r["case"], r["exit"], line, "yes" if r["unchanged"] else "NO"])
+    out = md_table(["case", "exit", "what the user reads (one line)", "nothing changed"], cases)
     catalogue = [(n, o) for m, n, o in outcomes if m.startswith("tests.reliability")]
     safety = [(n, o) for m, n, o in outcomes if not m.startswith("tests.reliability")]
-    out += ["", "| run-safety test (a training run through the CLI) | outcome |", "|---|---|"]
-    out += [f"| {name} | {outcome} |" for name, outcome in safety]
+    out += ["", *md_table(["run-safety test (a training run through the CLI)", "outcome"], safety)]
     passed = sum(o == "passed" for _, _, o in outcomes)
     resumes = [o for n, o in safety if n.startswith(RESUMING)]
     clear = sum(1 for r in rows if r["exit"] != 0 and not r["traceback"])

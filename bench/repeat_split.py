@@ -23,6 +23,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from draftsmith.runtime.display import table as md_table
+
 
 @dataclass(frozen=True)
 class Part:
@@ -110,17 +112,21 @@ def _in_draft_vocab(drafter_dir: Path) -> list[bool]:
 
 def table(parts: dict[str, Part]) -> str:
     total = sum(p.tokens for p in parts.values()) or 1
-    lines = [
-        "| answers | count | share of tokens | ngram tau | drafter tau | drafter / ngram |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
+    rows = []
     for name, p in parts.items():
         ratio = p.tau_drafter / p.tau_ngram if p.answers else float("nan")
-        lines.append(
-            f"| {name} | {p.answers} | {p.tokens / total:.0%} | {p.tau_ngram:.3f} | {p.tau_drafter:.3f} | "
-            f"{ratio:.2f}x |"
+        rows.append(
+            [
+                name,
+                p.answers,
+                f"{p.tokens / total:.0%}",
+                f"{p.tau_ngram:.3f}",
+                f"{p.tau_drafter:.3f}",
+                f"{ratio:.2f}x",
+            ]
         )
-    return "\n".join(lines)
+    header = ["answers", "count", "share of tokens", "ngram tau", "drafter tau", "drafter / ngram"]
+    return "\n".join(md_table(header, rows))
 
 
 def main() -> None:
