@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.recipes import __file__ as recipes_init
+from draftsmith.runtime.display import table as md_table
 
 RECIPES = Path(recipes_init).parent
 # name -> (training method, recipe, overrides); ngram trains nothing.
@@ -187,11 +188,16 @@ def step_time(run: Path) -> float | None:
 def table(args: argparse.Namespace) -> str:
     rows = _read(args.out / "results.jsonl")
     by = {(r["name"], r["tree"] == "chain", r["depth"], r["temperature"]): r for r in rows}
-    lines = [
-        "| drafter | T=0 chain | T=0 tree | T=1 chain | T=1 tree | alpha T=0 chain | tok/s T=0 chain "
-        "| training step |",
-        "|---|---|---|---|---|---|---|---|",
+    header = [
+        "drafter",
+        "T=0 chain",
+        "T=0 tree",
+        "T=1 chain",
+        "T=1 tree",
+        "alpha T=0 chain",
+        "tok/s T=0 chain",
     ]
+    lines = []
     names = list(dict.fromkeys(r["name"] for r in rows))
     for name in names:
         for depth in sorted({r["depth"] for r in rows if r["name"] == name}):
@@ -208,24 +214,23 @@ def table(args: argparse.Namespace) -> str:
             c0 = by.get((name, True, depth, 0.0))
             st = step_time(args.out / name) if name != "ngram" else None
             label = f"{name} (depth {depth})" if depth != 5 else name
-            decode = f"{c0['alpha']:.3f} | {c0['tokens_per_s']:.1f}" if c0 else "- | -"
-            step = f"{st:.2f} s" if st else "-"
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {decode} | {step} |")
-    depth_rows = [
-        "",
-        "Acceptance by depth (T=0 chain, depth 5 or the drafter's deepest):",
-        "",
-        "| drafter | 1 | 2 | 3 | 4 | 5 |",
-        "|---|---|---|---|---|---|",
-    ]
+            decode = [f"{c0['alpha']:.3f}", f"{c0['tokens_per_s']:.1f}"] if c0 else ["-", "-"]
+            lines.append([label, *cells, *decode, f"{st:.2f} s" if st else "-"])
+    depth_rows = []
     for name in names:
         r = by.get((name, True, min(x["depth"] for x in rows if x["name"] == name), 0.0))
         if r:
             accept = [*r["acceptance_by_depth"], *[None] * (5 - len(r["acceptance_by_depth"]))]
-            depth_rows.append(
-                f"| {name} | " + " | ".join(f"{a:.2f}" if a is not None else "-" for a in accept[:5]) + " |"
-            )
-    return "\n".join(lines + depth_rows)
+            depth_rows.append([name, *(f"{a:.2f}" if a is not None else "-" for a in accept[:5])])
+    return "\n".join(
+        [
+            *md_table([*header, "training step"], lines),
+            "",
+            "Acceptance by depth (T=0 chain, depth 5 or the drafter's deepest):",
+            "",
+            *md_table(["drafter", "1", "2", "3", "4", "5"], depth_rows),
+        ]
+    )
 
 
 def main() -> None:

@@ -47,6 +47,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from draftsmith.runtime.display import table as md_table
+
 HIDDEN, LAYERS, INTERMEDIATE, HEADS = 256, 2, 1024, 4
 DRAFT_VOCAB, TTT_STEPS, MEDUSA_HEADS, MTP_MODULES, DISTILL_LAYERS = 32_000, 7, 3, 2, 1
 WARMUP_T = 64
@@ -238,28 +240,37 @@ def report(rows: list[dict[str, Any]]) -> str:
     """Markdown: peak and step time per configuration, then the increment per token per pair of lengths."""
     order = {name: i for i, name in enumerate(METHODS)}
     rows = sorted(rows, key=lambda r: (order.get(r["method"], len(order)), r["vocab"], r["seq"]))
-    out = ["| method | V | T | step peak | step time |", "|---|---|---|---|---|"]
+    peaks = []
     for r in rows:
         if "step_peak_bytes" in r:
-            cells = f"{r['step_peak_bytes'] / 2**30:.2f} GiB | {r['step_s']:.2f} s"
+            cells = [f"{r['step_peak_bytes'] / 2**30:.2f} GiB", f"{r['step_s']:.2f} s"]
         elif "skipped_est_bytes" in r:
-            cells = f"skipped (est. {r['skipped_est_bytes'] / 1e9:.1f} GB) | -"
+            cells = [f"skipped (est. {r['skipped_est_bytes'] / 1e9:.1f} GB)", "-"]
         else:
-            cells = f"failed: {r.get('error')} | -"
-        out.append(f"| {r['method']} | {r['vocab']:,} | {r['seq']} | {cells} |")
-    out += [
-        "",
-        "| method | V | T1 -> T2 | increment per token | fp32 vocabulary rows per token |",
-        "|---|---|---|---|---|",
-    ]
+            cells = [f"failed: {r.get('error')}", "-"]
+        peaks.append([r["method"], f"{r['vocab']:,}", r["seq"], *cells])
+    out = md_table(["method", "V", "T", "step peak", "step time"], peaks)
+    increments = []
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["method"], r["vocab"]), []).append(r)
     for (name, vocab), group in groups.items():
         for t1, t2, per_token in slopes(group):
-            out.append(
-                f"| {name} | {vocab:,} | {t1} -> {t2} | {per_token / 1e6:.3f} MB | {per_token / (4 * vocab):.2f} |"
+            increments.append(
+                [
+                    name,
+                    f"{vocab:,}",
+                    f"{t1} -> {t2}",
+                    f"{per_token / 1e6:.3f} MB",
+                    f"{per_token / (4 * vocab):.2f}",
+                ]
             )
+    out += [
+        "",
+        *md_table(
+            ["method", "V", "T1 -> T2", "increment per token", "fp32 vocabulary rows per token"], increments
+        ),
+    ]
     measures = sorted(
         {f"{r['measure']} ({r.get('malloc', 'glibc default')})" for r in rows if "measure" in r}
     )
