@@ -34,6 +34,9 @@ ModelOpt 0.47 takes exactly one tap per draft layer, so both default to z-lab's 
 taps. The peer's export is converted (bench/convert_peers.py) and both drafters are measured by draftsmith's
 evaluator on the same held-out prompts: EAGLE-3 as a chain and the dynamic tree `dynamic:4:16`, DFlash as a
 chain and `topk:3` (bench/bench_block.py's cells), at T=0 and T=1.
+
+Feeds docs/BENCHMARKS.md, "EAGLE-3 against NVIDIA ModelOpt 0.47 and vLLM speculators 0.9" and "DFlash against the
+peers' DFlash".
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Every bench/ module says which measurement it feeds: its docstring names a section of docs/BENCHMARKS.md (or of
-docs/DEVLOG.md, for the project's own checks) that exists, or other bench modules import it as a helper."""
+docs/DEVLOG.md, for the project's own checks) that exists, or other bench modules import it as a helper.
+
+    python tests/unit/bench/test_bench_docs.py     # the bench/ listing: each module and what it feeds
+"""
 
 from __future__ import annotations
 
@@ -29,15 +32,22 @@ def helpers() -> set[str]:
     return names
 
 
+def cited_sections(path: Path) -> list[tuple[str, str]]:
+    """`(document, section)` pairs a module's docstring names."""
+    doc = " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split())
+    return [(d, name) for d, names in CITED.findall(doc) for name in re.findall(r'"([^"]+)"', names)]
+
+
+def modules() -> list[Path]:
+    return [p for p in sorted(BENCH.rglob("*.py")) if p.name != "__init__.py"]
+
+
 def test_every_bench_module_names_what_it_feeds():
     sections = {"BENCHMARKS": headings("BENCHMARKS"), "DEVLOG": headings("DEVLOG")}
     imported = helpers()
     unnamed, unknown = [], []
-    for path in sorted(BENCH.rglob("*.py")):
-        if path.name == "__init__.py":
-            continue
-        doc = " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split())
-        cited = [(d, name) for d, names in CITED.findall(doc) for name in re.findall(r'"([^"]+)"', names)]
+    for path in modules():
+        cited = cited_sections(path)
         if not cited:
             if path.stem not in imported:
                 unnamed.append(str(path.relative_to(REPO)))
@@ -47,3 +57,15 @@ def test_every_bench_module_names_what_it_feeds():
                 unknown.append(f"{path.relative_to(REPO)}: {doc_name}.md has no section {name!r}")
     assert unnamed == [], f"bench modules that name no section they feed: {unnamed}"
     assert unknown == []
+
+
+if __name__ == "__main__":
+    from draftsmith.runtime.display import table
+
+    imported = helpers()
+    rows = []
+    for path in modules():
+        cited = cited_sections(path)
+        feeds = "; ".join(f'{d}.md, "{name}"' for d, name in cited) or "(a helper of other bench modules)"
+        rows.append([str(path.relative_to(REPO)), feeds])
+    print("\n".join(table(["module", "feeds"], rows)))
