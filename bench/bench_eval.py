@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from draftsmith.runtime.display import table as md_table
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 EAGLE_FILES = ["alpaca", "gsm8k", "humaneval", "qa", "sum"]
 
@@ -290,8 +292,7 @@ def tables(args: argparse.Namespace) -> None:
     for data in dict.fromkeys(r["data"] for r in rows):
         print(f"\n{data}: tau (speedup)\n")
         cols = [(t, d, tree) for t in (0.0, 1.0) for d in (3, 5) for tree in ("chain", "topk:3")]
-        print("| drafter | " + " | ".join(f"T={t:g} d={d} {tree}" for t, d, tree in cols) + " |")
-        print("|---|" + "---|" * len(cols))
+        grid = []
         for drafter in dict.fromkeys(r["drafter"] for r in rows):
             cells = []
             for t, d, tree in cols:
@@ -301,30 +302,39 @@ def tables(args: argparse.Namespace) -> None:
                     if (r["data"], r["drafter"], r["T"], r["depth"], r["tree"]) == (data, drafter, t, d, tree)
                 ]
                 cells.append(f"{_f(r['tau'])} ({_f(r['speedup'])})")
-            print(f"| {drafter} | " + " | ".join(cells) + " |")
+            grid.append([drafter, *cells])
+        print("\n".join(md_table(["drafter", *(f"T={t:g} d={d} {tree}" for t, d, tree in cols)], grid)))
     lossless = [r["lossless"] for r in rows if r["T"] == 0]
     print(f"\nT=0 runs identical to plain greedy decoding: {sum(lossless)}/{len(lossless)}")
-    print(
-        "\n| drafter | tree | steps timed | tokens/step | evaluator step (ms) | bare forward (ms) | ratio |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for r in json.loads((args.out / "overhead.json").read_text()):
-        print(
-            f"| {r['drafter']} | {r['tree']} | {r['steps_timed']} | {_f(r['tokens_per_step'], 1)} | "
-            f"{_f(r['evaluator_step_ms'])} | {_f(r['bare_forward_ms'])} | {_f(r['ratio'], 3)} |"
-        )
-    print(
-        "\n| draft | K | tau | ours tok/s | transformers assisted tok/s | plain greedy tok/s | ours / assisted "
-        "| assisted / plain | ours / plain | same output |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in json.loads((args.out / "assisted.json").read_text()):
-        print(
-            f"| {r['draft']} | {r['K']} | {_f(r['tau'])} | {_f(r['ours_tokens_per_s'], 0)} | "
-            f"{_f(r['transformers_assisted_tokens_per_s'], 0)} | {_f(r['plain_greedy_tokens_per_s'], 0)} | "
-            f"{_f(r['ours_vs_assisted'])} | {_f(r['assisted_vs_plain'])} | {_f(r['ours_vs_plain'])} | "
-            f"{r['identical_outputs']} |"
-        )
+    header = [
+        "drafter",
+        "tree",
+        "steps timed",
+        "tokens/step",
+        "evaluator step (ms)",
+        "bare forward (ms)",
+        "ratio",
+    ]
+    overhead = [
+        [r["drafter"], r["tree"], r["steps_timed"], _f(r["tokens_per_step"], 1), _f(r["evaluator_step_ms"])]
+        + [_f(r["bare_forward_ms"]), _f(r["ratio"], 3)]
+        for r in json.loads((args.out / "overhead.json").read_text())
+    ]
+    print("\n" + "\n".join(md_table(header, overhead)))
+    header = ["draft", "K", "tau", "ours tok/s", "transformers assisted tok/s", "plain greedy tok/s"]
+    header += ["ours / assisted", "assisted / plain", "ours / plain", "same output"]
+    assisted = [
+        [r["draft"], r["K"], _f(r["tau"]), _f(r["ours_tokens_per_s"], 0)]
+        + [_f(r["transformers_assisted_tokens_per_s"], 0), _f(r["plain_greedy_tokens_per_s"], 0)]
+        + [
+            _f(r["ours_vs_assisted"]),
+            _f(r["assisted_vs_plain"]),
+            _f(r["ours_vs_plain"]),
+            r["identical_outputs"],
+        ]
+        for r in json.loads((args.out / "assisted.json").read_text())
+    ]
+    print("\n" + "\n".join(md_table(header, assisted)))
 
 
 def main() -> None:

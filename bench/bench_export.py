@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from draftsmith.runtime.display import table as md_table
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -128,16 +130,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name} -> {engine}: {built.layout}, {len(passed)} checks, doc-loader diff {row['doc']:.1e}",
                 file=sys.stderr,
             )
-    print(
-        "| drafter | --to | layout | validation | max abs diff, documented-layout loader | "
-        "max abs diff, engine's own code |"
-    )
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['drafter']} | {r['engine']} | {r['layout']} | passed ({r['checks']} check groups) | "
-            f"{r['doc']:.1e} | {r['engine_code'] or '- (not installable here)'} |"
-        )
+    header = ["drafter", "--to", "layout", "validation", "max abs diff, documented-layout loader"]
+    header += ["max abs diff, engine's own code"]
+    cells = [
+        [r["drafter"], r["engine"], r["layout"], f"passed ({r['checks']} check groups)", f"{r['doc']:.1e}"]
+        + [r["engine_code"] or "- (not installable here)"]
+        for r in rows
+    ]
+    print("\n".join(md_table(header, cells)))
     return 0
 
 

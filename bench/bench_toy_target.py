@@ -22,18 +22,27 @@ from typing import Any
 import torch
 
 from draftsmith.data.stdlib_corpus import stdlib_conversations, stdlib_summary
+from draftsmith.runtime.display import table as md_table
 from draftsmith.toy.target import PRESETS, build_toy_target, greedy_samples
 
 
-def _row(info: dict[str, Any]) -> str:
+def _row(info: dict[str, Any]) -> list[str]:
     p = info["preset_values"]
     heldout = info["heldout_loss"]
-    return (
-        f"| `{info['preset']}` | {info['num_parameters'] / 1e6:.2f}M | {p['num_layers']} x {p['hidden_size']} "
-        f"| {info['vocab_size']} | {info['train_tokens_seen'] / 1e6:.2f}M | {info['wall_time_s']:.0f} s "
-        f"| {info['initial_train_loss']:.2f} -> {info['train_loss']:.2f} "
-        f"| {'n/a' if heldout is None else f'{heldout:.2f}'} |"
-    )
+    return [
+        f"`{info['preset']}`",
+        f"{info['num_parameters'] / 1e6:.2f}M",
+        f"{p['num_layers']} x {p['hidden_size']}",
+        str(info["vocab_size"]),
+        f"{info['train_tokens_seen'] / 1e6:.2f}M",
+        f"{info['wall_time_s']:.0f} s",
+        f"{info['initial_train_loss']:.2f} -> {info['train_loss']:.2f}",
+        "n/a" if heldout is None else f"{heldout:.2f}",
+    ]
+
+
+TOY_HEADER = ["preset", "parameters", "layers x hidden", "vocab", "tokens seen", "wall time"]
+TOY_HEADER += ["train loss (first -> last 20 steps)", "held-out loss"]
 
 
 def _fence(text: str) -> str:
@@ -57,10 +66,7 @@ def render(infos: list[dict[str, Any]], samples: list[tuple[str, str, str]], sam
         "the presets have different tokenizers, so losses compare within a row, not across rows. Wall time "
         "includes the corpus scan (cached after the first run), tokenizer training and held-out evaluation.",
         "",
-        "| preset | parameters | layers x hidden | vocab | tokens seen | wall time | train loss (first -> last 20 steps) "
-        "| held-out loss |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-        *(_row(info) for info in infos),
+        *md_table(TOY_HEADER, [_row(info) for info in infos]),
     ]
     if samples:
         lines += ["", f"### Greedy answers of `{sample_preset}` to held-out docstrings", ""]

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from draftsmith.runtime.display import table as md_table
+
 DEPTH = 5
 
 
@@ -85,16 +87,20 @@ def _fmt(x: float | None) -> str:
 
 
 def markdown(groups: dict[str, dict[str, Any]]) -> str:
-    lines = [
-        "| steps | count | drafter accepts | prompt lookup would | better of the two | drafter by depth 1..5 |",
-        "|---|---:|---:|---:|---:|---|",
+    header = [
+        "steps",
+        "count",
+        "drafter accepts",
+        "prompt lookup would",
+        "better of the two",
+        "drafter by depth 1..5",
     ]
-    for name, g in groups.items():
-        depths = " ".join(_fmt(a) for a in g["drafter_by_depth"])
-        lines.append(
-            f"| {name} | {g['steps']} | {_fmt(g['drafter'])} | {_fmt(g['ngram'])} | {_fmt(g['better'])} | {depths} |"
-        )
-    return "\n".join(lines)
+    rows = [
+        [name, g["steps"], _fmt(g["drafter"]), _fmt(g["ngram"]), _fmt(g["better"])]
+        + [" ".join(_fmt(a) for a in g["drafter_by_depth"])]
+        for name, g in groups.items()
+    ]
+    return "\n".join(md_table(header, rows))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

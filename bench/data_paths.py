@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.regen_throughput import regen
+from draftsmith.runtime.display import table as md_table
 
 REPO = Path(__file__).resolve().parents[1]
 SHAREGPT = REPO.parent / "shared" / "data" / "sharegpt_prompts" / "ShareGPT_V3_filtered_1000.json"
@@ -196,17 +197,15 @@ def main(argv: list[str] | None = None) -> int:
             with kept.open("a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in measure[name]())
     rows = [json.loads(line) for line in kept.open()] if kept.is_file() else []
-    lines = [
-        "| path | setting | tokens | seconds | tokens/s | 2M tokens take | note |",
-        "|---|---|---:|---:|---:|---:|---|",
-    ]
+    cells = []
     for r in rows:
         rate = r["tokens"] / r["seconds"]
-        lines.append(
-            f"| {r['path']} | {r['setting']} | {r['tokens']:,} | {r['seconds']:.1f} | {rate:,.0f} | "
-            f"{2_000_000 / rate / 60:.0f} min | {r['note']} |"
+        cells.append(
+            [r["path"], r["setting"], f"{r['tokens']:,}", f"{r['seconds']:.1f}", f"{rate:,.0f}"]
+            + [f"{2_000_000 / rate / 60:.0f} min", r["note"]]
         )
-    text = "\n".join(lines)
+    header = ["path", "setting", "tokens", "seconds", "tokens/s", "2M tokens take", "note"]
+    text = "\n".join(md_table(header, cells))
     (args.work_dir / "table.md").write_text(text + "\n")
     print(text)
     return 0

@@ -24,6 +24,7 @@ from draftsmith.engines.engine_eval import evaluator_settings
 from draftsmith.engines.settings import EngineEvalArgs, build_parser, parse_engine_eval_args
 from draftsmith.eval.acceptance import evaluate
 from draftsmith.eval.report import TurnResult
+from draftsmith.runtime.display import table as md_table
 
 
 def settings_of(report: dict[str, Any], depths: list[int]) -> EngineEvalArgs:
@@ -64,21 +65,35 @@ def main() -> None:
     assert calibrated is not None
     cost, predicted = calibrated
     print(f"c = {cost:.3f} plain steps per draft token, calibrated at depth {check['calibrated_at']}")
-    print(
-        "| depth K | drafting steps replayed / vLLM | accepted replayed / vLLM | tau replayed | tau vLLM "
-        "| speedup predicted | measured | difference |"
-    )
-    print("|---|---|---|---:|---:|---:|---:|---:|")
+    header = [
+        "depth K",
+        "drafting steps replayed / vLLM",
+        "accepted replayed / vLLM",
+        "tau replayed",
+        "tau vLLM",
+    ]
+    header += ["speedup predicted", "measured", "difference"]
+    cells = []
     for k in sorted(schedules):
         s, c, row = schedules[k], counters.get(k), rows.get(k)
         vllm_counts = (c["num_drafts"], c["num_accepted_tokens"]) if c else ("-", "-")
         measured = row["speedup_measured"] if row else None
         diff = f"{(predicted[k - 1] - measured) / measured * 100:+.1f} %" if measured else "-"
-        print(
-            f"| {k} | {s.drafting:.0f} / {vllm_counts[0]} | {s.accepted:.0f} / {vllm_counts[1]} "
-            f"| {s.tau_vllm:.3f} | {row['tau_vllm'] if row else '-'} | {predicted[k - 1]:.2f} "
-            f"| {f'{measured:.2f}' if measured else '-'} | {diff} |"
+        cells.append(
+            [
+                k,
+                f"{s.drafting:.0f} / {vllm_counts[0]}",
+                f"{s.accepted:.0f} / {vllm_counts[1]}",
+                f"{s.tau_vllm:.3f}",
+            ]
+            + [
+                row["tau_vllm"] if row else "-",
+                f"{predicted[k - 1]:.2f}",
+                f"{measured:.2f}" if measured else "-",
+                diff,
+            ]
         )
+    print("\n".join(md_table(header, cells)))
 
 
 if __name__ == "__main__":

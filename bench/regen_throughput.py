@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from draftsmith.runtime.display import table as md_table
+
 REPO = Path(__file__).resolve().parents[1]
 MT_BENCH = REPO.parent / "shared" / "data" / "mt_bench" / "question.jsonl"
 
@@ -93,14 +95,21 @@ def main() -> int:
                 counts = regen(args, data, out, "--endpoint", server.url, "--concurrency", str(n))
                 results.append((f"vLLM server, float32, OpenMP on {cores}", f"concurrency {n}", counts))
                 print(results[-1], flush=True)
-    print("\n| path | setting | conversations | answers | truncated | tokens | seconds | tokens/s |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for path, setting, c in results:
-        rate = c["completion_tokens"] / c["seconds"]
-        print(
-            f"| {path} | {setting} | {c['written']} | {c['answers']} | {c['truncated']} | "
-            f"{c['completion_tokens']} | {c['seconds']:.1f} | {rate:.0f} |"
-        )
+    header = ["path", "setting", "conversations", "answers", "truncated", "tokens", "seconds", "tokens/s"]
+    cells = [
+        [
+            path,
+            setting,
+            c["written"],
+            c["answers"],
+            c["truncated"],
+            c["completion_tokens"],
+            f"{c['seconds']:.1f}",
+        ]
+        + [f"{c['completion_tokens'] / c['seconds']:.0f}"]
+        for path, setting, c in results
+    ]
+    print("\n" + "\n".join(md_table(header, cells)))
     return 0
 
 
