@@ -195,9 +195,10 @@ def depth_check(
 
 
 def measured_off_reason(check: dict[str, Any]) -> str:
-    """Why vLLM served no depth faster than plain decoding and what to do (`eval.depth.off_reason`), from its
-    own depth-1 run: its acceptance (mean acceptance length - 1) and its measured speedup."""
-    row = next((r for r in check["rows"] if r["depth"] == 1), None)
-    if row is None or not row.get("tau_vllm") or not row.get("speedup_measured"):
+    """Why vLLM served no depth faster than plain decoding and what to do (`eval.depth.off_reason`), from its own
+    runs: its mean acceptance length and measured speedup at depths 1, 2, ... in a row."""
+    rows = {r["depth"]: r for r in check["rows"] if r.get("tau_vllm") and r.get("speedup_measured")}
+    depths = [k for k in range(1, len(rows) + 1) if k in rows]
+    if not depths:
         return "serve prompt lookup (ngram), or train on more of the target's answers"
-    return off_reason(row["tau_vllm"] - 1.0, row["speedup_measured"])
+    return off_reason([rows[k]["tau_vllm"] for k in depths], [rows[k]["speedup_measured"] for k in depths])

@@ -169,24 +169,60 @@ def unpredicted() -> dict[str, Any]:
     }
 
 
-def off_reason(acceptance_1: float, speedup_1: float) -> str:
-    """Why speculation is off and what would turn it on, read at depth 1. A step that drafts one token commits
-    1 + a_1 tokens and runs at speedup(1) of plain decoding, so it costs (1 + a_1) / speedup(1) plain steps and
-    pays once a_1 exceeds that cost minus one: the acceptance a drafter needs on these costs."""
-    cost = (1.0 + acceptance_1) / speedup_1
+# What one doubling of the target's answers added to a drafter's tau on the published curve: SmolLM2-135M-Instruct's
+# chat answers measured on MT-bench (docs/BENCHMARKS.md, "The answers' own curve": +0.050 per doubling).
+PUBLISHED_TAU_PER_DOUBLING = 0.050
+
+
+def answers_to_pay(taus: Sequence[float], speedups: Sequence[float]) -> float | None:
+    """How many times its training answers a drafter would need for some depth to pay, on the published curve.
+
+    At depth K a step commits tau(K) tokens at speedup(K) of plain decoding, so it costs tau(K) / speedup(K) plain
+    steps, and the drafter pays there once tau(K) exceeds that. The tau still missing, over the published gain per
+    doubling of the answers, is the number of doublings; the smallest factor over the depths is returned (None
+    without a depth). An estimate: the published curve is one target's, on one prompt set, at depth 5."""
+    factors = [
+        2.0 ** ((tau / speedup - tau) / PUBLISHED_TAU_PER_DOUBLING)
+        for tau, speedup in zip(taus, speedups, strict=False)
+        if speedup > 0
+    ]
+    return min(factors) if factors else None
+
+
+def off_reason(taus: Sequence[float], speedups: Sequence[float]) -> str:
+    """Why speculation is off and what would turn it on. At depth 1 a step commits tau(1) = 1 + a_1 tokens at
+    speedup(1) of plain decoding, so it costs tau(1) / speedup(1) plain steps and pays once a_1 exceeds that cost
+    minus one; `answers_to_pay` says how many more of the target's answers would make some depth pay.
+    `taus[K - 1]` and `speedups[K - 1]` are depth K's."""
+    acceptance_1, cost = taus[0] - 1.0, taus[0] / speedups[0]
     why = (
         f"at depth 1 the draft token is accepted {acceptance_1:.0%} of the time, and a step that drafts and "
         f"verifies it costs {cost:.2f} plain steps"
     )
-    if cost >= 2.0:
-        return (
-            f"{why}, more than any acceptance can repay: serve prompt lookup (ngram), whose draft costs nothing, or "
-            "measure in a serving engine, whose draft steps cost less than this loop's"
-        )
-    return (
-        f"{why}, so it pays above {cost - 1.0:.0%}: train on more of the target's answers (docs/BENCHMARKS.md, "
-        '"Scaling": acceptance against answer tokens), or serve prompt lookup (ngram) meanwhile'
+    why += (
+        ", more than any acceptance repays there" if cost >= 2.0 else f", so it pays above {cost - 1.0:.0%}"
     )
+    factor = answers_to_pay(taus, speedups)
+    if factor is None or factor > 1000:
+        return (
+            f"{why}: serve prompt lookup (ngram), whose draft costs nothing, or measure in a serving engine, whose "
+            "draft steps cost less than this loop's"
+        )
+    shown = f"{factor:.1f}x" if factor < 10 else f"{factor:.0f}x"
+    return (
+        f"{why}: about {shown} the target's answers it trained on would make a depth pay at the published "
+        f"curve's +{PUBLISHED_TAU_PER_DOUBLING:.3f} tau per doubling (docs/BENCHMARKS.md, \"The answers' own "
+        'curve"); meanwhile serve prompt lookup (ngram)'
+    )
+
+
+def report_off_reason(report: dict[str, Any]) -> str | None:
+    """`off_reason` from an evaluator report's acceptance by depth and predicted speedups; None without them."""
+    rates, speedups = report.get("acceptance_by_depth") or [], report.get("expected_speedup_by_depth") or []
+    if not speedups or not rates or rates[0] is None:
+        return None
+    taus = [expected_tokens(rates, k) for k in range(1, len(speedups) + 1)]
+    return off_reason(taus, speedups)
 
 
 def verdict(report: dict[str, Any]) -> str:
@@ -203,6 +239,6 @@ def verdict(report: dict[str, Any]) -> str:
     if depth == 0:
         best = max(range(len(speedups)), key=lambda i: speedups[i])
         line = f"speculation off {costs}: no depth pays (best K={best + 1}: {speedups[best]:.2f}x)"
-        rates = report.get("acceptance_by_depth") or [None]
-        return line if rates[0] is None else f"{line}; {off_reason(rates[0], speedups[0])}"
+        why = report_off_reason(report)
+        return line if why is None else f"{line}; {why}"
     return f"recommended depth: {depth} (expected {report['recommended_speedup']:.2f}x {costs})"

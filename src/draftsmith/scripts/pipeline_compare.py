@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from draftsmith.eval.acceptance import EvalArgs, evaluate, per_prompt_verdicts
-from draftsmith.eval.depth import off_reason, recalibrated
+from draftsmith.eval.depth import recalibrated, report_off_reason
 from draftsmith.eval.report import TurnResult, summarize
 from draftsmith.models.target import FrozenTarget, TargetConfig
 from draftsmith.runtime.display import fmt_value, table
@@ -106,7 +106,7 @@ def results_table(rows: list[tuple[str, str, dict[str, Any]]], report: Path) -> 
         f"engine-eval --engine vllm --depths 1,2,3` measures vLLM's; report: {report})"
     )
     off = [r for name, tree, r in rows if name != "ngram (prompt lookup)" and r.get("recommended_depth") == 0]
-    if off:
-        reason = off_reason(off[0]["acceptance_by_depth"][0], off[0]["expected_speedup_by_depth"][0])
+    reason = report_off_reason(off[0]) if off else None
+    if reason:
         lines.append(f"EAGLE-3 is off at the evaluator's costs: {reason}")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ import pytest
 
 from draftsmith.eval.decoder import SpeculativeDecoder, Step
 from draftsmith.eval.depth import (
+    answers_to_pay,
     expected_speedups,
     expected_tokens,
     off_reason,
@@ -53,12 +54,13 @@ def test_no_acceptance_switches_speculation_off():
     off = "speculation off by the costs of draftsmith's evaluator loop, not an engine's: no depth pays (best K=1: 0.91x)"
     assert verdict(report) == off  # a report without its acceptance: no reason to give
     # With it, the reason at depth 1: a step costs c_draft 0.1 + verify(2) 1.0 = 1.1 plain steps, so a drafter
-    # pays above 10 % acceptance.
+    # pays above 10 % acceptance; tau is 1 at both depths, 0.1 short of paying at depth 1 (1.1) and 0.2 at depth
+    # 2 (1.2): 2 and 4 doublings at +0.05 a doubling, so 4x the answers
     assert verdict({**report, "acceptance_by_depth": [0.0, 0.0]}) == (
         f"{off}; at depth 1 the draft token is accepted 0% of the time, and a step that drafts and verifies it "
-        "costs 1.10 plain steps, so it pays above 10%: train on more of the target's answers "
-        '(docs/BENCHMARKS.md, "Scaling": acceptance against answer tokens), or serve prompt lookup (ngram) '
-        "meanwhile"
+        "costs 1.10 plain steps, so it pays above 10%: about 4.0x the target's answers it trained on would make a "
+        "depth pay at the published curve's +0.050 tau per doubling (docs/BENCHMARKS.md, \"The answers' own "
+        'curve"); meanwhile serve prompt lookup (ngram)'
     )
     # Exactly as fast as plain decoding does not pay either.
     assert recommend([1.0, 0.9]) == (0, 1.0)
@@ -66,14 +68,18 @@ def test_no_acceptance_switches_speculation_off():
 
 def test_the_reason_for_off_is_the_cost_of_a_drafting_step_in_plain_steps():
     # a_1 = 0.3, c_draft 0.5, verify [1, 1.2]: speedup(1) = 1.3 / 1.7, so a step costs 1.7 plain steps and a
-    # drafter pays above 70 % acceptance at depth 1
+    # drafter pays above 70 % acceptance at depth 1; tau 1.3 is 0.4 short of 1.7: 8 doublings, 256x the answers
     speedup = expected_speedups([0.3], 0.5, [1.0, 1.2])[0]
     assert speedup == pytest.approx(1.3 / 1.7)
-    assert "accepted 30% of the time" in off_reason(0.3, speedup)
-    assert "costs 1.70 plain steps, so it pays above 70%" in off_reason(0.3, speedup)
-    # a step that costs two plain steps or more: even a drafter accepted every time (tau 2) cannot pay
-    reason = off_reason(0.5, expected_speedups([0.5], 1.5, [1.0, 1.0])[0])
-    assert "costs 2.50 plain steps, more than any acceptance can repay: serve prompt lookup" in reason
+    reason = off_reason([1.3], [speedup])
+    assert "accepted 30% of the time" in reason
+    assert "costs 1.70 plain steps, so it pays above 70%: about 256x the target's answers" in reason
+    # with depth 2 at tau 1.4 and 0.8x, 0.35 short: 7 doublings, the nearer of the two
+    assert answers_to_pay([1.3, 1.4], [speedup, 0.8]) == pytest.approx(128.0)
+    # a step that costs two plain steps or more (a_1 = 0.5, c_draft 1.5: 2.5): no acceptance repays it at depth 1,
+    # and 1.0 of tau is 20 doublings away: not worth a figure
+    reason = off_reason([1.5], [expected_speedups([0.5], 1.5, [1.0, 1.0])[0]])
+    assert "costs 2.50 plain steps, more than any acceptance repays there: serve prompt lookup" in reason
 
 
 def test_a_missing_rate_and_a_short_profile_limit_the_depths():

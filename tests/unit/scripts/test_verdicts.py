@@ -20,10 +20,13 @@ def vllm_report(speedups: dict[int, float], taus: dict[int, float]) -> dict:
 
 
 def test_vllm_off_gives_the_acceptance_a_step_needs():
-    # depth 1: tau 1.25 (a_1 = 0.25) at 0.9x plain: a step costs 1.25 / 0.9 = 1.39 plain steps -> pays above 39 %
+    # depth 1: tau 1.25 (a_1 = 0.25) at 0.9x plain: a step costs 1.25 / 0.9 = 1.39 plain steps -> pays above 39 %;
+    # tau is 0.139 short there (2.78 doublings: 6.9x the answers) and 0.325 at depth 2 (1.3 at 0.8x: 90x)
     line = vllm_line(vllm_report({1: 0.9, 2: 0.8}, {1: 1.25, 2: 1.3}), Path("r.json"))
     assert "off: no depth beat plain decoding; at depth 1 the draft token is accepted 25% of the time" in line
-    assert "costs 1.39 plain steps, so it pays above 39%: train on more of the target's answers" in line
+    assert (
+        "costs 1.39 plain steps, so it pays above 39%: about 6.9x the target's answers it trained on" in line
+    )
     on = vllm_line(vllm_report({1: 1.2, 2: 1.1}, {1: 1.5, 2: 1.6}), Path("r.json"))
     assert ": 1 (1.20x plain decoding)" in on and "accepted" not in on
 
@@ -42,7 +45,8 @@ def row(depth, speedups, acceptance):
 
 
 def test_the_quickstart_table_says_why_the_drafter_is_off():
-    # depth 1: a_1 = 0.4 at 0.65x: (1 + 0.4) / 0.65 = 2.15 plain steps a step, which no acceptance repays
+    # depth 1: a_1 = 0.4 at 0.65x: (1 + 0.4) / 0.65 = 2.15 plain steps a step, which no acceptance repays; tau is
+    # 0.75 short there and 1.01 at depth 2 (1.52 at 0.6x): 15 or more doublings, too far for a figure
     rows = [
         ("EAGLE-3 (trained)", "chain", row(0, [0.65, 0.6], [0.4, 0.3])),
         ("ngram (prompt lookup)", "chain", row(2, [1.1, 1.2], [0.3, 0.3])),
@@ -50,7 +54,7 @@ def test_the_quickstart_table_says_why_the_drafter_is_off():
     text = results_table(rows, Path("eval.json"))
     assert text.splitlines()[-1] == (
         "EAGLE-3 is off at the evaluator's costs: at depth 1 the draft token is accepted 40% of the time, and a "
-        "step that drafts and verifies it costs 2.15 plain steps, more than any acceptance can repay: serve "
+        "step that drafts and verifies it costs 2.15 plain steps, more than any acceptance repays there: serve "
         "prompt lookup (ngram), whose draft costs nothing, or measure in a serving engine, whose draft steps "
         "cost less than this loop's"
     )
