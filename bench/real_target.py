@@ -430,13 +430,9 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 def table(out: Path, names: list[str]) -> str:
     """Markdown: the evaluator's grid, then vLLM next to the evaluator, then training costs."""
-    lines = [
-        "draftsmith's evaluator (tau ± standard error over answers; acceptance at depth d given depth d-1 was "
-        "accepted, '-' where no step got that far; speedup against plain decoding of the same prompts):",
-        "",
-        "| set | T | drafter | chain tau | alpha | acceptance by depth | speedup | tree topk:3 tau | speedup | lossless |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    from draftsmith.runtime.display import table as md_table
+
+    grid = []
     for dataset in EVAL_SETS:
         for t in TEMPERATURES:
             for name in names:
@@ -445,46 +441,83 @@ def table(out: Path, names: list[str]) -> str:
                 if chain is None and tree is None:
                     continue
                 label = name if t == 0 or name == "ngram" else f"{name} ({sample_method(name, t)})"
-                lines.append(f"| {dataset} | {t:g} | {label} | " + " | ".join(_cells(chain, tree, t)) + " |")
-    lines += [
+                grid.append([dataset, f"{t:g}", label, *_cells(chain, tree, t)])
+    header = [
+        "set",
+        "T",
+        "drafter",
+        "chain tau",
+        "alpha",
+        "acceptance by depth",
+        "speedup",
+        "tree topk:3 tau",
+    ]
+    lines = [
+        "draftsmith's evaluator (tau ± standard error over answers; acceptance at depth d given depth d-1 was "
+        "accepted, '-' where no step got that far; speedup against plain decoding of the same prompts):",
+        "",
+        *md_table([*header, "speedup", "lossless"], grid),
         "",
         "vLLM next to the evaluator on the same prompts (chain; vLLM's mean acceptance length is per step that "
         "carried drafts, the evaluator's tau per verification step; 'alike' = the evaluator counted as vLLM):",
         "",
-        "| set | T | drafter | batch | tau vLLM | tau draftsmith | alike | acceptance by position, vLLM | speedup vLLM | speedup draftsmith | spec = plain in vLLM |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *md_table(VLLM_HEADER, [_vllm_row(path) for path in sorted((out / "vllm").glob("*.json"))]),
+        "",
+        *md_table(["family", "training wall time", "steps", "final loss"], _training_rows(out, names)),
     ]
-    for path in sorted((out / "vllm").glob("*.json")):
-        r = _read(path)
-        assert r is not None
-        dataset, temp, batch, name = path.stem.split("-", 3)
-        if "error" in r:
-            lines.append(
-                f"| {dataset} | {temp[1:]} | {name} | {batch[1:]} | error: {r['error'][:120]} |||||||"
-            )
-            continue
-        v, d = r["vllm"], r["draftsmith"]
-        n_same = v["speculative_equals_plain"]
-        same = "-" if n_same is None else f"{n_same}/{r['answers']}"
-        alike = r["same_definition_relative_difference"]
-        lines.append(
-            f"| {dataset} | {temp[1:]} | {name} | {batch[1:]} | {_fmt(v['mean_acceptance_length'])} | {_fmt(d['tau'])} | "
-            f"{_fmt(alike * 100 if alike is not None else None, 2)} % | {_fmt(v['acceptance_by_position'])} | "
-            f"{_fmt(v['speedup'], 2)} | {_fmt(d['speedup'], 2)} | "
-            f"{same} |"
-        )
-    lines += ["", "| family | training wall time | steps | final loss |", "|---|---|---|---|"]
+    return "\n".join(lines)
+
+
+VLLM_HEADER = [
+    "set",
+    "T",
+    "drafter",
+    "batch",
+    "tau vLLM",
+    "tau draftsmith",
+    "alike",
+    "acceptance by position, vLLM",
+]
+VLLM_HEADER += ["speedup vLLM", "speedup draftsmith", "spec = plain in vLLM"]
+
+
+def _vllm_row(path: Path) -> list[str]:
+    """One vLLM cell's row (an error fills the first measured column and leaves the rest empty)."""
+    r = _read(path)
+    assert r is not None
+    dataset, temp, batch, name = path.stem.split("-", 3)
+    head = [dataset, temp[1:], name, batch[1:]]
+    if "error" in r:
+        return [*head, f"error: {r['error'][:120]}", *[""] * (len(VLLM_HEADER) - 5)]
+    v, d = r["vllm"], r["draftsmith"]
+    n_same = v["speculative_equals_plain"]
+    alike = r["same_definition_relative_difference"]
+    return [
+        *head,
+        _fmt(v["mean_acceptance_length"]),
+        _fmt(d["tau"]),
+        f"{_fmt(alike * 100 if alike is not None else None, 2)} %",
+        _fmt(v["acceptance_by_position"]),
+        _fmt(v["speedup"], 2),
+        _fmt(d["speedup"], 2),
+        "-" if n_same is None else f"{n_same}/{r['answers']}",
+    ]
+
+
+def _training_rows(out: Path, names: list[str]) -> list[list[str]]:
+    """Each trained family's wall time, steps and final loss (draftsmith's runs and the peers')."""
+    rows = []
     for name in [n for n in names if n in FAMILIES or n in PEERS]:
         run_dir = out / ("peers" if name in PEERS else "train") / name
         wall = run_dir / "wall_s.txt"
         if not wall.is_file():
             continue
         metrics = run_dir / "metrics.jsonl"  # draftsmith's runs; a peer's steps are in its train_log.json
-        rows = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.is_file() else []
-        steps = max((r.get("step", 0) for r in rows), default=0)
-        loss = next((r["train/loss"] for r in reversed(rows) if "train/loss" in r), None)
-        lines.append(f"| {name} | {float(wall.read_text()):.0f} s | {steps or '-'} | {_fmt(loss)} |")
-    return "\n".join(lines)
+        records = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.is_file() else []
+        steps = max((r.get("step", 0) for r in records), default=0)
+        loss = next((r["train/loss"] for r in reversed(records) if "train/loss" in r), None)
+        rows.append([name, f"{float(wall.read_text()):.0f} s", str(steps or "-"), _fmt(loss)])
+    return rows
 
 
 if __name__ == "__main__":

@@ -216,16 +216,14 @@ def _read(path: Path) -> dict[str, Any] | None:
 def table(args: argparse.Namespace, points: list[tuple[int, int]]) -> str:
     """tau per set and size next to ngram, the fit's prediction of the largest point, the data for --goal-tau."""
     from draftsmith.eval.scaling import Point, extrapolation, fit, predict, tokens_for
+    from draftsmith.runtime.display import table as md_table
 
     extras = extra_drafters(args)
     names = [f"tokens-{t}" for _, t in points] + list(extras) + ["ngram"]
     sizes = [t for _, t in points] + [extras[n][1] for n in extras] + [0]
-    lines = [
-        "| drafter | training tokens | epochs | train wall | "
-        + " | ".join(f"{d} tau (depth 5) | {d} recommended depth" for d in EVAL_SETS)
-        + " | lossless |",
-        "|---|---:|---:|---:|" + "---:|---:|" * len(EVAL_SETS) + "---|",
-    ]
+    header = ["drafter", "training tokens", "epochs", "train wall"]
+    header += [f"{d} {what}" for d in EVAL_SETS for what in ("tau (depth 5)", "recommended depth")]
+    rows = []
     for name, tokens in zip(names, sizes, strict=True):
         cells, lossless = [], []
         for dataset in EVAL_SETS:
@@ -253,8 +251,8 @@ def table(args: argparse.Namespace, points: list[tuple[int, int]]) -> str:
         if name == "ngram":
             meta = ["-", "-", "-"]
         ok = "yes" if lossless and all(lossless) else ("NO" if lossless else "-")
-        lines.append(f"| {name} | " + " | ".join([*meta, *cells, ok]) + " |")
-    lines.append("")
+        rows.append([name, *meta, *cells, ok])
+    lines = [*md_table([*header, "lossless"], rows), ""]
     for dataset in EVAL_SETS:
         measured = []
         for _, tokens in points:
