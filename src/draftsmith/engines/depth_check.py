@@ -198,7 +198,7 @@ def measured_off_reason(check: dict[str, Any]) -> str:
     """Why vLLM served no depth faster than plain decoding and what to do (`eval.depth.off_reason`), from its own
     runs: its mean acceptance length and measured speedup at depths 1, 2, ... in a row."""
     rows = {r["depth"]: r for r in check["rows"] if r.get("tau_vllm") and r.get("speedup_measured")}
-    depths = [k for k in range(1, len(rows) + 1) if k in rows]
-    if not depths:
+    if 1 not in rows:  # the reason is read at depth 1 (--depths without 1, or its run measured nothing)
         return "serve prompt lookup (ngram), or train on more of the target's answers"
+    depths = sorted(rows)  # depth 1 first; the others only add to the data estimate
     return off_reason([rows[k]["tau_vllm"] for k in depths], [rows[k]["speedup_measured"] for k in depths])

@@ -118,6 +118,12 @@ def test_the_table_says_why_vllm_served_no_depth_faster():
         "target's answers it trained on would make a depth pay at the published curve's +0.050 tau per doubling "
         '(docs/BENCHMARKS.md, "The answers\' own curve"); meanwhile serve prompt lookup (ngram)'
     )
+    # measured at depths 2 and 3 only: no depth-1 figure to give the reason from
+    later = {2: drafted(70.0, 100, 30), 3: drafted(60.0, 100, 30)}
+    assert depth_markdown(depth_check(OURS, run(100.0), later, 2, 0.15), 1)[-1] == (
+        "speculation off in vLLM: no depth beat plain decoding; serve prompt lookup (ngram), or train on more of "
+        "the target's answers"
+    )
     runs[1] = drafted(120.0, 100, 40)
     assert "speculation off" not in depth_markdown(depth_check(OURS, run(100.0), runs, 1, 0.15), 1)[-1]
 
