@@ -11,6 +11,7 @@ import torch
 from transformers import AutoConfig
 
 from draftsmith.config.loader import load_config
+from draftsmith.models.draft_layer import draft_layer_settings
 from draftsmith.scripts.pipeline_plan import REGENERATE_BATCH
 from draftsmith.train.eagle import EagleRecipe
 
@@ -38,7 +39,7 @@ def _text_config(target: Path) -> Any | None:
 
 
 def _kv_width(config: Any) -> int:
-    """Key (or value) elements per token per layer: kv heads x head dim."""
+    """Key (or value) elements per token per layer of the target's KV cache: kv heads x head dim."""
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     return int((getattr(config, "num_key_value_heads", None) or heads) * head_dim)
@@ -63,11 +64,15 @@ def eagle3_activation_bytes(config: Any, ttt_steps: int) -> int:
     """The bytes one token's EAGLE-3 training forward keeps for the backward pass, over all TTT steps, as
     float32 (an upper bound under bfloat16 autocast, which keeps the norms in float32 anyway).
 
-    Per step, the one draft layer (hidden H, MLP width I, the target's) keeps about 18 H + 4 I elements, and
+    Per step, the one draft layer (hidden H, MLP width I: `draft_layer_settings`, the target's) keeps about 18 H + 4 I elements, and
     its attention every earlier step's keys and values (2 (S+1) kv-width elements): measured with autograd's
     saved-tensor hooks on SmolLM2's shape and two smaller ones, this bounds what is kept from above by 0-18 %
     (tests/unit/scripts/test_pipeline_memory.py checks the bound on a drafter)."""
-    hidden, mlp, kv = int(config.hidden_size), int(config.intermediate_size), _kv_width(config)
+    layer = draft_layer_settings(
+        config
+    )  # the draft layer's shape (an MLA target's drafter has standard heads)
+    hidden, mlp = layer["hidden_size"], layer["intermediate_size"]
+    kv = layer["num_key_value_heads"] * layer["head_dim"]
     return 4 * ttt_steps * (18 * hidden + 4 * mlp + 2 * (ttt_steps + 1) * kv)
 
 
